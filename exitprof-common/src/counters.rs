@@ -1,0 +1,13 @@
+//! Indices into the kernel side's per-CPU loss counters. Every record or hit the kernel could not
+//! keep is counted under one of these; userspace reports them all.
+
+/// The ring buffer had no room for an exit record.
+pub const RINGBUF_FULL: u32 = 0;
+/// The per-task state map was full when an exit started.
+pub const STATE_FULL: u32 = 1;
+/// The tracked-process map was full when a tracked process forked.
+pub const TRACKED_FULL: u32 = 2;
+/// The ring buffer had no room for a deferred-work record.
+pub const DEFERRED_RINGBUF_FULL: u32 = 3;
+/// Number of counters.
+pub const COUNT: u32 = 4;

@@ -1,0 +1,2 @@
+//! Deferred work: what an exit causes in other contexts, sent as separate records and joined to
+//! exits in userspace.

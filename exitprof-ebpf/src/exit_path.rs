@@ -1,0 +1,145 @@
+//! Probe points on the exit path of a task, from its start to `do_task_dead`.
+//!
+//! Every program here only records "the current task reached point X"; what the points mean and
+//! where they sit on the running kernel is the business of userspace's probe plan.
+
+use aya_ebpf::{
+    macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, tracepoint},
+    programs::{
+        BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext,
+        TracePointContext,
+    },
+};
+use exitprof_common::point::{ExitFn, Marker, fn_code, marker_code};
+
+use crate::exit_state::hit_current;
+
+/// `SIGKILL` (include/uapi/asm-generic/signal.h).
+const SIGKILL: i32 = 9;
+
+#[inline(always)]
+fn start(marker: Marker) -> u32 {
+    hit_current(marker_code(marker), true);
+    0
+}
+
+#[inline(always)]
+fn reach(marker: Marker) -> u32 {
+    hit_current(marker_code(marker), false);
+    0
+}
+
+/// `syscalls:sys_enter_exit`.
+#[tracepoint]
+pub fn sys_enter_exit(_ctx: TracePointContext) -> u32 {
+    start(Marker::SysEnterExit)
+}
+
+/// `syscalls:sys_enter_exit_group`.
+#[tracepoint]
+pub fn sys_enter_exit_group(_ctx: TracePointContext) -> u32 {
+    start(Marker::SysEnterExitGroup)
+}
+
+/// `signal_deliver(int sig, struct kernel_siginfo *info, struct k_sigaction *ka)`: `get_signal`
+/// fires it with `SIGKILL` for a thread whose group is exiting, before `do_group_exit`.
+#[btf_tracepoint]
+pub fn signal_deliver(ctx: BtfTracePointContext) -> i32 {
+    let sig: i32 = ctx.arg(0);
+    if sig == SIGKILL {
+        start(Marker::SignalDeliverKill);
+    }
+    0
+}
+
+/// `sched_process_exit(struct task_struct *p[, bool group_dead])`: `group_dead` and the position
+/// right after `taskstats_exit` are v6.16+; older kernels fire it after `exit_mm`/`acct_process`.
+#[btf_tracepoint]
+pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
+    reach(Marker::SchedProcessExit);
+    0
+}
+
+/// `x86_fpu_dropped(struct fpu *fpu)`, from `fpu__drop` in `exit_thread` (x86).
+#[btf_tracepoint]
+pub fn x86_fpu_dropped(_ctx: BtfTracePointContext) -> i32 {
+    reach(Marker::X86FpuDropped);
+    0
+}
+
+/// `void __noreturn do_exit(long code)`: only its entry can be probed (v6.15+ reject fexit on
+/// `__noreturn` functions, and a kretprobe on it never fires).
+#[kprobe]
+pub fn kprobe_enter_do_exit(_ctx: ProbeContext) -> u32 {
+    start(Marker::DoExit)
+}
+
+#[fentry]
+pub fn fentry_enter_do_exit(_ctx: FEntryContext) -> u32 {
+    start(Marker::DoExit)
+}
+
+/// `void __noreturn do_task_dead(void)`: the exiting task's last function.
+#[kprobe]
+pub fn kprobe_enter_do_task_dead(_ctx: ProbeContext) -> u32 {
+    reach(Marker::DoTaskDead)
+}
+
+#[fentry]
+pub fn fentry_enter_do_task_dead(_ctx: FEntryContext) -> u32 {
+    reach(Marker::DoTaskDead)
+}
+
+/// Entry and return programs of a function slot, as kprobe/kretprobe and as fentry/fexit. The
+/// symbol each attaches to is chosen by userspace's probe plan.
+macro_rules! exit_fn_probes {
+    ($($slot:ident => $function:expr),+ $(,)?) => {
+        paste::paste! {
+            $(
+                #[kprobe]
+                pub fn [<kprobe_enter_ $slot>](_ctx: ProbeContext) -> u32 {
+                    hit_current(fn_code($function, false), false);
+                    0
+                }
+
+                #[kretprobe]
+                pub fn [<kretprobe_exit_ $slot>](_ctx: RetProbeContext) -> u32 {
+                    hit_current(fn_code($function, true), false);
+                    0
+                }
+
+                #[fentry]
+                pub fn [<fentry_enter_ $slot>](_ctx: FEntryContext) -> u32 {
+                    hit_current(fn_code($function, false), false);
+                    0
+                }
+
+                #[fexit]
+                pub fn [<fexit_exit_ $slot>](_ctx: FExitContext) -> u32 {
+                    hit_current(fn_code($function, true), false);
+                    0
+                }
+            )+
+        }
+    };
+}
+
+exit_fn_probes!(
+    exit_signals => ExitFn::ExitSignals,
+    exit_itimers => ExitFn::ExitItimers,
+    taskstats_exit => ExitFn::TaskstatsExit,
+    perf_event_exit_task => ExitFn::PerfEventExitTask,
+    acct_process => ExitFn::AcctProcess,
+    exit_sem => ExitFn::ExitSem,
+    exit_shm => ExitFn::ExitShm,
+    exit_files => ExitFn::ExitFiles,
+    exit_fs => ExitFn::ExitFs,
+    exit_task_namespaces => ExitFn::ExitTaskNamespaces,
+    put_ipc_ns => ExitFn::PutIpcNs,
+    mq_put_mnt => ExitFn::MqPutMnt,
+    task_work_run => ExitFn::TaskWorkRun,
+    exit_thread => ExitFn::ExitThread,
+    cgroup_exit => ExitFn::CgroupExit,
+    release_task => ExitFn::ReleaseTask,
+    proc_exit_connector => ExitFn::ProcExitConnector,
+);

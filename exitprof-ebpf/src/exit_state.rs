@@ -1,0 +1,98 @@
+//! The per-task exit state: created at the first probe point of an exit, extended by every later
+//! point, sent to userspace at the final switch-out.
+
+use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns};
+use exitprof_common::{
+    counters,
+    record::{ExitRecord, FLAG_LATE_START, MAX_HITS, wire_len},
+};
+
+use crate::maps::{EMPTY_RECORD, EXITING, EXITS, TRACE_ALL, TRACKED, count_loss};
+
+/// CLOCK_MONOTONIC now, in ns: the clock of every timestamp exitprof records.
+#[inline(always)]
+pub fn now_ns() -> u64 {
+    // SAFETY: a helper without arguments or side effects.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// Whether exits of this thread group are recorded.
+#[inline(always)]
+fn is_target(tgid: u32) -> bool {
+    TRACE_ALL.load() != 0 || TRACKED.get_ptr(tgid).is_some()
+}
+
+/// Records that the current task reached `point`. A start point opens the task's exit; any
+/// other point opens it too (flagged late) when the task is a target without an open exit.
+#[inline(always)]
+pub fn hit_current(point: u8, is_start: bool) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (pid, tgid) = (pid_tgid as u32, (pid_tgid >> 32) as u32);
+    let now = now_ns();
+    if let Some(record) = EXITING.get_ptr_mut(pid) {
+        // SAFETY: the entry belongs to the current task, and a task runs on one CPU at a time.
+        unsafe { push_hit(&mut *record, point, now) };
+        return;
+    }
+    if !is_target(tgid) {
+        return;
+    }
+    let Some(record) = open_exit(pid, tgid) else {
+        return;
+    };
+    // SAFETY: as above; the entry was created for the current task just now.
+    let record = unsafe { &mut *record };
+    if !is_start {
+        record.flags |= FLAG_LATE_START;
+    }
+    push_hit(record, point, now);
+}
+
+/// Creates the `EXITING` entry of a task.
+#[inline(always)]
+fn open_exit(pid: u32, tgid: u32) -> Option<*mut ExitRecord> {
+    let empty = EMPTY_RECORD.get(0)?;
+    if EXITING.insert(pid, empty, 0).is_err() {
+        count_loss(counters::STATE_FULL);
+        return None;
+    }
+    let record = EXITING.get_ptr_mut(pid)?;
+    // SAFETY: the entry was created for this task just now.
+    unsafe {
+        (*record).pid = pid;
+        (*record).tgid = tgid;
+    }
+    Some(record)
+}
+
+/// Appends one hit, or counts it as lost when the record is full.
+#[inline(always)]
+pub fn push_hit(record: &mut ExitRecord, point: u8, now: u64) {
+    let i = record.n_hits as usize;
+    if i >= MAX_HITS {
+        record.lost_hits += 1;
+        return;
+    }
+    record.points[i] = point;
+    record.hits[i].ts_ns = now;
+    record.hits[i].off_cpu_ns = record.off_cpu_ns;
+    record.n_hits += 1;
+}
+
+/// Ends the exit of task `pid` at its final switch-out: sends its record and forgets it.
+#[inline(always)]
+pub fn finish_exit(pid: u32, record: *mut ExitRecord, point: u8, now: u64) {
+    // SAFETY: `record` is `pid`'s entry, and `pid` is the task being switched out on this CPU.
+    let rec = unsafe { &mut *record };
+    push_hit(rec, point, now);
+    // SAFETY: no side effects.
+    rec.cpu = unsafe { bpf_get_smp_processor_id() };
+    let n = rec.n_hits as usize;
+    let len = wire_len(if n > MAX_HITS { MAX_HITS } else { n });
+    // SAFETY: `len` never exceeds the size of the record it is read from.
+    let bytes = unsafe { core::slice::from_raw_parts(record.cast::<u8>(), len) };
+    if EXITS.output::<[u8]>(bytes, 0).is_err() {
+        count_loss(counters::RINGBUF_FULL);
+    }
+    let _ = EXITING.remove(pid);
+}

@@ -1,0 +1,48 @@
+//! Maps and load-time settings shared by every program.
+
+use aya_ebpf::{
+    Global,
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
+};
+use exitprof_common::{counters, record::ExitRecord};
+
+/// Exits in progress, keyed by thread id.
+#[map]
+pub static EXITING: HashMap<u32, ExitRecord> = HashMap::with_max_entries(16_384, 0);
+
+/// A zeroed record, the initial value of every new `EXITING` entry (a record is too large for the
+/// 512-byte eBPF stack).
+#[map]
+pub static EMPTY_RECORD: Array<ExitRecord> = Array::with_max_entries(1, 0);
+
+/// Thread-group ids whose exits are recorded (unless `TRACE_ALL` is set); the workload's, then
+/// its descendants' as they fork.
+#[map]
+pub static TRACKED: HashMap<u32, u8> = HashMap::with_max_entries(65_536, 0);
+
+/// Finished exit records, to userspace. Resized by userspace at load time.
+#[map]
+pub static EXITS: RingBuf = RingBuf::with_byte_size(16 * 1024 * 1024, 0);
+
+/// Loss counters, indexed by `exitprof_common::counters`.
+#[map]
+pub static LOSSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(counters::COUNT, 0);
+
+/// Record every exit on the machine, not only tracked thread groups (non-zero: on).
+#[unsafe(no_mangle)]
+pub static TRACE_ALL: Global<u32> = Global::new(0);
+
+/// Offset of `pid` in `struct task_struct`, from the running kernel's BTF.
+#[unsafe(no_mangle)]
+pub static TASK_PID_OFFSET: Global<u32> = Global::new(0);
+
+/// Counts one loss of the given kind.
+#[inline(always)]
+pub fn count_loss(counter: u32) {
+    if let Some(slot) = LOSSES.get_ptr_mut(counter) {
+        // SAFETY: a per-CPU slot is only touched by programs running on this CPU, which do not
+        // preempt each other.
+        unsafe { *slot += 1 };
+    }
+}

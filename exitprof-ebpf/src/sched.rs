@@ -1,0 +1,81 @@
+//! Scheduler probes: the end of an exit, off-CPU time inside it, and which processes to follow.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    macros::btf_tracepoint,
+    programs::BtfTracePointContext,
+};
+use exitprof_common::{
+    counters,
+    point::{Marker, marker_code},
+};
+
+use crate::{
+    exit_state::{finish_exit, now_ns},
+    maps::{EXITING, TASK_PID_OFFSET, TRACKED, count_loss},
+};
+
+/// `TASK_DEAD` in `task_struct::__state` (include/linux/sched.h, unchanged since v4.14).
+const TASK_DEAD: u32 = 0x80;
+/// `CLONE_THREAD` (include/uapi/linux/sched.h).
+const CLONE_THREAD: u64 = 0x0001_0000;
+
+/// Reads `task->pid` through the offset userspace found in the kernel's BTF.
+#[inline(always)]
+fn task_pid(task: *const u8) -> Option<u32> {
+    // SAFETY: a bounded kernel read that fails cleanly on a bad address.
+    unsafe { bpf_probe_read_kernel(task.add(TASK_PID_OFFSET.load() as usize).cast::<u32>()) }.ok()
+}
+
+/// `sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
+/// unsigned int prev_state)` (the `prev_state` argument exists since v5.18).
+///
+/// `prev` is the current task. An exiting task leaving in `TASK_DEAD` ends its exit; any other
+/// switch-out of an exiting task starts an off-CPU interval, which its next switch-in closes.
+#[btf_tracepoint]
+pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
+    let now = now_ns();
+    let prev_pid = bpf_get_current_pid_tgid() as u32;
+    let prev_state: u32 = ctx.arg(3);
+    if let Some(record) = EXITING.get_ptr_mut(prev_pid) {
+        if prev_state & TASK_DEAD != 0 {
+            finish_exit(prev_pid, record, marker_code(Marker::FinalSwitch), now);
+        } else {
+            // SAFETY: the entry belongs to the task being switched out on this CPU.
+            unsafe { (*record).off_since_ns = now };
+        }
+    }
+    let next: *const u8 = ctx.arg(2);
+    if let Some(next_pid) = task_pid(next)
+        && let Some(record) = EXITING.get_ptr_mut(next_pid)
+    {
+        // SAFETY: the entry belongs to the task being switched in on this CPU.
+        let record = unsafe { &mut *record };
+        if record.off_since_ns != 0 {
+            record.off_cpu_ns += now - record.off_since_ns;
+            record.off_since_ns = 0;
+        }
+    }
+    0
+}
+
+/// `task_newtask(struct task_struct *task, u64 clone_flags)`, in the parent's context: a new
+/// process forked by a tracked one is tracked too (new threads share their tracked tgid).
+#[btf_tracepoint]
+pub fn task_newtask(ctx: BtfTracePointContext) -> i32 {
+    let clone_flags: u64 = ctx.arg(1);
+    if clone_flags & CLONE_THREAD != 0 {
+        return 0;
+    }
+    let parent_tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if TRACKED.get_ptr(parent_tgid).is_none() {
+        return 0;
+    }
+    if let Some(child) = task_pid(ctx.arg(0)) {
+        // A new process's tgid is its pid.
+        if TRACKED.insert(child, 1, 0).is_err() {
+            count_loss(counters::TRACKED_FULL);
+        }
+    }
+    0
+}

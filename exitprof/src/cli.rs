@@ -1,0 +1,153 @@
+//! Command-line interface. Values are checked here, so bad input fails with exit code 2 before
+//! anything is loaded or attached.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "exitprof",
+    version,
+    about = "Where does the time go when tasks exit? Drives an exit storm, times every exit \
+             inside the kernel stage by stage with eBPF, and reports the latency distribution.",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// More diagnostics on stderr (-v: eBPF-side notes and progress, -vv: debug).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Runs a workload inside exitprof's child process (internal).
+    #[command(name = "__workload", hide = true)]
+    Workload(WorkloadChild),
+}
+
+/// Profile one storm (the default command).
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The exit storm to drive.
+    #[arg(long, value_enum, default_value_t = WorkloadKind::Threads)]
+    pub workload: WorkloadKind,
+    #[command(flatten)]
+    pub threads: ThreadsParams,
+    /// Print one JSON document on stdout instead of the tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Size of the kernel-to-userspace ring buffer for exit records (a power of two).
+    #[arg(long, value_name = "BYTES", default_value_t = 16 << 20, value_parser = parse_ringbuf_size)]
+    pub ringbuf_bytes: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkloadKind {
+    /// N threads x reps, each sleeping (N-i)*stagger us before it exits (the 2006 taskstats
+    /// thread's program).
+    Threads,
+}
+
+/// Parameters of the `threads` storm; defaults are the 2006 thread's.
+#[derive(Clone, Copy, Debug, Args, PartialEq, Eq, serde::Serialize)]
+pub struct ThreadsParams {
+    /// Threads created, then joined, per repetition.
+    #[arg(long, default_value_t = 1000, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
+    pub threads: u32,
+    /// Repetitions.
+    #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
+    pub reps: u32,
+    /// Thread i of N sleeps (N-i)*stagger microseconds before it exits.
+    #[arg(long, value_name = "US", default_value_t = 2, allow_negative_numbers = true)]
+    pub stagger_us: u32,
+}
+
+/// The hidden child-process side of a workload.
+#[derive(Debug, Args)]
+pub struct WorkloadChild {
+    /// File descriptor to read one byte from before starting: the parent opens the gate once
+    /// its probes are attached.
+    #[arg(long)]
+    pub gate_fd: i32,
+    #[command(subcommand)]
+    pub workload: ChildWorkload,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ChildWorkload {
+    Threads(ThreadsParams),
+}
+
+fn parse_ringbuf_size(s: &str) -> Result<u32, String> {
+    let n: u32 = s.parse().map_err(|e| format!("{e}"))?;
+    if n < 4096 || !n.is_power_of_two() {
+        return Err(format!("{n} is not a power of two of at least 4096"));
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::error::ErrorKind;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("exitprof").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults_are_the_seed_program() {
+        let cli = parse(&[]).unwrap();
+        assert_eq!(cli.run.workload, WorkloadKind::Threads);
+        assert_eq!(cli.run.threads, ThreadsParams { threads: 1000, reps: 10, stagger_us: 2 });
+        assert!(!cli.run.json);
+    }
+
+    #[test]
+    fn flags_are_read() {
+        let cli = parse(&[
+            "--workload",
+            "threads",
+            "--threads",
+            "50",
+            "--reps",
+            "3",
+            "--stagger-us",
+            "0",
+            "--json",
+        ])
+        .unwrap();
+        assert_eq!(cli.run.threads, ThreadsParams { threads: 50, reps: 3, stagger_us: 0 });
+        assert!(cli.run.json);
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors() {
+        for args in [
+            &["--threads", "0"][..],
+            &["--reps", "-1"],
+            &["--reps", "0"],
+            &["--workload", "nosuch"],
+            &["--stagger-us", "x"],
+            &["--ringbuf-bytes", "5000"],
+        ] {
+            let err = parse(args).unwrap_err();
+            assert_ne!(err.kind(), ErrorKind::DisplayHelp, "{args:?}");
+            assert_eq!(err.exit_code(), 2, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn workload_child_parses() {
+        let cli = parse(&["__workload", "--gate-fd", "5", "threads", "--threads", "4"]).unwrap();
+        let Some(Command::Workload(child)) = cli.command else { panic!("not a workload child") };
+        assert_eq!(child.gate_fd, 5);
+        let ChildWorkload::Threads(p) = child.workload;
+        assert_eq!(p.threads, 4);
+    }
+}

@@ -1,0 +1,108 @@
+//! Reading what the kernel side produced: exit records from the ring buffer, loss counters, and
+//! exits still in progress.
+
+use std::collections::HashSet;
+
+use anyhow::Context as _;
+use aya::{
+    Ebpf,
+    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+};
+use exitprof_common::{counters, record::ExitRecord};
+use serde::Serialize;
+use tokio::io::unix::AsyncFd;
+
+/// The exit-record ring buffer, readable from tokio.
+pub struct ExitStream {
+    ring: AsyncFd<RingBuf<MapData>>,
+}
+
+impl ExitStream {
+    pub fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
+        let map = ebpf.take_map("EXITS").context("the eBPF object has no EXITS ring buffer")?;
+        let ring = RingBuf::try_from(map).context("EXITS is not a ring buffer")?;
+        // SAFETY: the ring buffer owns its descriptor, and the AsyncFd owns the ring buffer, so
+        // the descriptor outlives its registration.
+        let ring = unsafe { AsyncFd::register(ring) }
+            .map_err(|e| e.into_parts().1)
+            .context("polling the EXITS ring buffer")?;
+        Ok(Self { ring })
+    }
+
+    /// Waits until records are available, then hands each one to `f`. Returns how many.
+    pub async fn next_batch(&mut self, mut f: impl FnMut(&[u8])) -> anyhow::Result<usize> {
+        let mut guard = self.ring.readable_mut().await.context("waiting on the ring buffer")?;
+        let ring = guard.get_inner_mut();
+        let mut n = 0;
+        while let Some(item) = ring.next() {
+            f(&item);
+            n += 1;
+        }
+        guard.clear_ready();
+        Ok(n)
+    }
+
+    /// Hands every record available now to `f`, without waiting. Returns how many.
+    pub fn drain(&mut self, mut f: impl FnMut(&[u8])) -> usize {
+        let ring = self.ring.get_mut();
+        let mut n = 0;
+        while let Some(item) = ring.next() {
+            f(&item);
+            n += 1;
+        }
+        n
+    }
+}
+
+/// Everything the kernel side could not keep, summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct KernelLosses {
+    /// Exit records dropped because the ring buffer was full.
+    pub ringbuf_full: u64,
+    /// Exits not followed because the per-task state map was full.
+    pub state_map_full: u64,
+    /// Forked processes not followed because the tracking map was full.
+    pub tracked_map_full: u64,
+}
+
+impl KernelLosses {
+    pub fn read(ebpf: &Ebpf) -> anyhow::Result<Self> {
+        let map: PerCpuArray<_, u64> = PerCpuArray::try_from(
+            ebpf.map("LOSSES").context("the eBPF object has no LOSSES map")?,
+        )?;
+        let sum = |i: u32| -> anyhow::Result<u64> {
+            Ok(map.get(&i, 0).with_context(|| format!("reading loss counter {i}"))?.iter().sum())
+        };
+        Ok(Self {
+            ringbuf_full: sum(counters::RINGBUF_FULL)?,
+            state_map_full: sum(counters::STATE_FULL)?,
+            tracked_map_full: sum(counters::TRACKED_FULL)?,
+        })
+    }
+
+    /// Exits lost.
+    pub fn exits(&self) -> u64 {
+        self.ringbuf_full + self.state_map_full
+    }
+}
+
+/// Thread groups whose exits are recorded.
+pub fn track(ebpf: &mut Ebpf, tgid: u32) -> anyhow::Result<()> {
+    let mut tracked: HashMap<_, u32, u8> =
+        HashMap::try_from(ebpf.map_mut("TRACKED").context("the eBPF object has no TRACKED map")?)?;
+    tracked.insert(tgid, 1, 0).with_context(|| format!("tracking pid {tgid}"))
+}
+
+/// Exits still in progress in the given thread groups.
+pub fn in_progress(ebpf: &Ebpf, tgids: &HashSet<u32>) -> anyhow::Result<usize> {
+    let exiting: HashMap<_, u32, ExitRecord> =
+        HashMap::try_from(ebpf.map("EXITING").context("the eBPF object has no EXITING map")?)?;
+    let mut n = 0;
+    for entry in exiting.iter() {
+        let (_, record) = entry.context("reading exits in progress")?;
+        if tgids.contains(&record.tgid) {
+            n += 1;
+        }
+    }
+    Ok(n)
+}

@@ -1,0 +1,157 @@
+//! Decoding the kernel's exit records.
+
+use exitprof_common::{
+    point::Point,
+    record::{ExitRecord, HEADER_LEN, Hit, MAX_HITS, wire_len},
+};
+
+/// One probe hit of a decoded exit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PointHit {
+    pub point: Point,
+    pub ts_ns: u64,
+    /// Off-CPU time accumulated since the exit started, at this hit.
+    pub off_cpu_ns: u64,
+}
+
+/// One task's exit, as the kernel recorded it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exit {
+    pub pid: u32,
+    pub tgid: u32,
+    pub flags: u32,
+    pub lost_hits: u32,
+    pub cpu: u32,
+    pub ipc_ns: u64,
+    /// In the order they fired.
+    pub hits: Vec<PointHit>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("record of {0} bytes is shorter than its {HEADER_LEN}-byte header")]
+    Short(usize),
+    #[error("record claims {0} hits, more than {MAX_HITS}")]
+    TooManyHits(u32),
+    #[error("record of {len} bytes does not hold its {n_hits} hits ({expected} bytes)")]
+    Length { len: usize, n_hits: u32, expected: usize },
+    #[error("unknown probe point code {0}")]
+    UnknownPoint(u8),
+}
+
+impl Exit {
+    /// Decodes one ring-buffer record.
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        if bytes.len() < HEADER_LEN {
+            return Err(DecodeError::Short(bytes.len()));
+        }
+        let mut record = std::mem::MaybeUninit::<ExitRecord>::zeroed();
+        let n = bytes.len().min(size_of::<ExitRecord>());
+        // SAFETY: ExitRecord is plain integers, valid for any bytes (zeroed beyond `n`); the copy
+        // stays within both buffers.
+        let record = unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), record.as_mut_ptr().cast::<u8>(), n);
+            record.assume_init()
+        };
+        if record.n_hits as usize > MAX_HITS {
+            return Err(DecodeError::TooManyHits(record.n_hits));
+        }
+        let expected = wire_len(record.n_hits as usize);
+        if bytes.len() != expected {
+            return Err(DecodeError::Length { len: bytes.len(), n_hits: record.n_hits, expected });
+        }
+        let hits = record.points[..record.n_hits as usize]
+            .iter()
+            .zip(&record.hits)
+            .map(|(&code, &Hit { ts_ns, off_cpu_ns })| {
+                let point = Point::from_code(code).ok_or(DecodeError::UnknownPoint(code))?;
+                Ok(PointHit { point, ts_ns, off_cpu_ns })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            pid: record.pid,
+            tgid: record.tgid,
+            flags: record.flags,
+            lost_hits: record.lost_hits,
+            cpu: record.cpu,
+            ipc_ns: record.ipc_ns,
+            hits,
+        })
+    }
+
+    /// From the first hit to the last: the whole exit, as far as it was seen.
+    pub fn duration_ns(&self) -> u64 {
+        match (self.hits.first(), self.hits.last()) {
+            (Some(first), Some(last)) => last.ts_ns.saturating_sub(first.ts_ns),
+            _ => 0,
+        }
+    }
+
+    /// Off-CPU time of the whole exit.
+    pub fn off_cpu_ns(&self) -> u64 {
+        match (self.hits.first(), self.hits.last()) {
+            (Some(first), Some(last)) => last.off_cpu_ns.saturating_sub(first.off_cpu_ns),
+            _ => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use exitprof_common::point::{ExitFn, Marker};
+
+    use super::*;
+
+    /// Encodes hits the way the kernel side does, for decoder tests.
+    pub(crate) fn encode(pid: u32, tgid: u32, hits: &[(Point, u64, u64)]) -> Vec<u8> {
+        // SAFETY: all-zero is a valid ExitRecord.
+        let mut record: ExitRecord = unsafe { std::mem::zeroed() };
+        record.pid = pid;
+        record.tgid = tgid;
+        record.n_hits = hits.len() as u32;
+        for (i, &(point, ts_ns, off_cpu_ns)) in hits.iter().enumerate() {
+            record.points[i] = point.code();
+            record.hits[i] = Hit { ts_ns, off_cpu_ns };
+        }
+        // SAFETY: reading the record's own bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts((&raw const record).cast::<u8>(), size_of::<ExitRecord>())
+        };
+        bytes[..wire_len(hits.len())].to_vec()
+    }
+
+    #[test]
+    fn decodes_what_the_kernel_encodes() {
+        let hits = [
+            (Point::Marker(Marker::SysEnterExit), 1_000, 0),
+            (Point::Enter(ExitFn::ExitFiles), 1_500, 0),
+            (Point::Return(ExitFn::ExitFiles), 1_700, 100),
+            (Point::Marker(Marker::FinalSwitch), 4_000, 300),
+        ];
+        let exit = Exit::decode(&encode(7, 5, &hits)).unwrap();
+        assert_eq!((exit.pid, exit.tgid), (7, 5));
+        assert_eq!(exit.hits.len(), 4);
+        assert_eq!(
+            exit.hits[2],
+            PointHit { point: Point::Return(ExitFn::ExitFiles), ts_ns: 1_700, off_cpu_ns: 100 }
+        );
+        assert_eq!(exit.duration_ns(), 3_000);
+        assert_eq!(exit.off_cpu_ns(), 300);
+    }
+
+    #[test]
+    fn rejects_malformed_records() {
+        assert_eq!(Exit::decode(&[0; 8]), Err(DecodeError::Short(8)));
+        let mut bytes = encode(1, 1, &[(Point::Marker(Marker::DoExit), 1, 0)]);
+        bytes.push(0);
+        assert!(matches!(Exit::decode(&bytes), Err(DecodeError::Length { .. })));
+        let mut bytes = encode(1, 1, &[(Point::Marker(Marker::DoExit), 1, 0)]);
+        let points = std::mem::offset_of!(ExitRecord, points);
+        bytes[points] = 200;
+        assert_eq!(Exit::decode(&bytes), Err(DecodeError::UnknownPoint(200)));
+        let mut bytes = encode(1, 1, &[]);
+        let n_hits = std::mem::offset_of!(ExitRecord, n_hits);
+        bytes[n_hits] = 99;
+        assert_eq!(Exit::decode(&bytes), Err(DecodeError::TooManyHits(99)));
+    }
+}

@@ -1,0 +1,77 @@
+//! Kernel type information: struct field offsets the eBPF programs need (Rust eBPF has no CO-RE
+//! relocations, so userspace reads the offsets from the running kernel's BTF and passes them in
+//! as load-time constants).
+
+use btf_rs::{Btf, Type};
+
+/// Where the kernel exposes its own BTF.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+#[derive(Debug, thiserror::Error)]
+pub enum BtfError {
+    #[error("cannot read kernel BTF at {VMLINUX_BTF} (is CONFIG_DEBUG_INFO_BTF on?): {0}")]
+    Unreadable(String),
+    #[error("kernel BTF has no struct {0}")]
+    NoStruct(String),
+    #[error("kernel BTF has no field {field} in struct {strukt}")]
+    NoField { strukt: String, field: String },
+    #[error("reading kernel BTF: {0}")]
+    Parse(String),
+}
+
+/// The running kernel's BTF.
+pub struct KernelBtf(Btf);
+
+impl KernelBtf {
+    pub fn load() -> Result<Self, BtfError> {
+        Btf::from_file(VMLINUX_BTF).map(Self).map_err(|e| BtfError::Unreadable(e.to_string()))
+    }
+
+    /// Byte offset of `field` in `struct strukt`, looking into anonymous unions and structs.
+    pub fn field_offset(&self, strukt: &str, field: &str) -> Result<u32, BtfError> {
+        let types =
+            self.0.resolve_types_by_name(strukt).map_err(|e| BtfError::Parse(e.to_string()))?;
+        let s = types
+            .iter()
+            .find_map(|t| match t {
+                Type::Struct(s) if !s.members.is_empty() => Some(s),
+                _ => None,
+            })
+            .ok_or_else(|| BtfError::NoStruct(strukt.to_owned()))?;
+        self.find_in(s, field)?
+            .map(|bits| bits / 8)
+            .ok_or_else(|| BtfError::NoField { strukt: strukt.to_owned(), field: field.to_owned() })
+    }
+
+    /// Bit offset of `field` in `s`, recursing into anonymous members.
+    fn find_in(&self, s: &btf_rs::Struct, field: &str) -> Result<Option<u32>, BtfError> {
+        let parse = |e: btf_rs::Error| BtfError::Parse(e.to_string());
+        for member in &s.members {
+            let name = self.0.resolve_name(member).map_err(parse)?;
+            if name == field {
+                return Ok(Some(member.bit_offset()));
+            }
+            if name.is_empty() {
+                let inner = self.0.resolve_chained_type(member).map_err(parse)?;
+                if let Type::Struct(inner) | Type::Union(inner) = inner
+                    && let Some(bits) = self.find_in(&inner, field)?
+                {
+                    return Ok(Some(member.bit_offset() + bits));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether BTF describes a function named `name` (a prerequisite for fentry/fexit).
+    pub fn has_function(&self, name: &str) -> bool {
+        self.0
+            .resolve_types_by_name(name)
+            .is_ok_and(|types| types.iter().any(|t| matches!(t, Type::Func(_))))
+    }
+
+    /// Whether BTF has the `btf_trace_<name>` typedef of a tracepoint (BTF tracepoints need it).
+    pub fn has_tracepoint(&self, name: &str) -> bool {
+        self.0.resolve_types_by_name(&format!("btf_trace_{name}")).is_ok_and(|t| !t.is_empty())
+    }
+}

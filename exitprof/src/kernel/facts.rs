@@ -1,0 +1,86 @@
+//! Feature calibration: what the running kernel supports, read once at startup.
+
+use std::{collections::HashSet, fs, path::Path};
+
+use super::{btf::KernelBtf, kallsyms::Kallsyms, version::KernelVersion};
+
+/// The kprobe PMU; absent when the kernel is built without `CONFIG_KPROBES`.
+const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe";
+
+/// What the running kernel supports.
+pub struct KernelFacts {
+    pub release: String,
+    pub version: KernelVersion,
+    /// `Err(why)` when kprobes cannot be created.
+    pub kprobes: Result<(), String>,
+    /// `Err(why)` when fentry/fexit programs cannot be loaded.
+    pub fentry: Result<(), String>,
+    pub btf: Option<KernelBtf>,
+    pub kallsyms: Kallsyms,
+    /// `available_filter_functions` when readable: the functions ftrace, hence fentry, can hook.
+    pub ftrace_functions: Option<HashSet<String>>,
+    /// Functions kprobes refuse.
+    pub kprobe_blacklist: HashSet<String>,
+}
+
+impl KernelFacts {
+    /// Calibrates the running kernel. `tracefs` is the mounted tracefs root.
+    pub fn calibrate(tracefs: &Path) -> anyhow::Result<Self> {
+        let release = KernelVersion::running_release()?;
+        let version = release.parse().map_err(anyhow::Error::msg)?;
+        let btf = match KernelBtf::load() {
+            Ok(btf) => Some(btf),
+            Err(e) => {
+                log::warn!("{e}");
+                None
+            }
+        };
+        let kprobes = if Path::new(KPROBE_PMU).exists() {
+            Ok(())
+        } else {
+            Err(format!(
+                "this kernel has no kprobes ({KPROBE_PMU} is missing: CONFIG_KPROBES is off)"
+            ))
+        };
+        let fentry = calibrate_fentry(btf.is_some());
+        let kallsyms = Kallsyms::load()?;
+        let ftrace_functions =
+            read_lines(&tracefs.join("available_filter_functions")).map(|lines| {
+                lines.map(|l| l.split_whitespace().next().unwrap_or("").to_owned()).collect()
+            });
+        let kprobe_blacklist = read_lines(&tracefs.join("../debug/kprobes/blacklist"))
+            .or_else(|| read_lines(Path::new("/sys/kernel/debug/kprobes/blacklist")))
+            .map(|lines| {
+                lines.filter_map(|l| l.split_whitespace().nth(1).map(str::to_owned)).collect()
+            })
+            .unwrap_or_default();
+        Ok(Self {
+            release,
+            version,
+            kprobes,
+            fentry,
+            btf,
+            kallsyms,
+            ftrace_functions,
+            kprobe_blacklist,
+        })
+    }
+}
+
+fn read_lines(path: &Path) -> Option<impl Iterator<Item = String>> {
+    let text = fs::read_to_string(path).ok()?;
+    Some(text.lines().map(str::to_owned).collect::<Vec<_>>().into_iter())
+}
+
+/// Whether tracing (fentry/fexit) programs load: the kernel needs BTF, BPF trampolines and an
+/// open function tracer.
+fn calibrate_fentry(has_btf: bool) -> Result<(), String> {
+    if !has_btf {
+        return Err("kernel BTF is missing".to_owned());
+    }
+    match aya::sys::is_program_supported(aya::programs::ProgramType::Tracing) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err("this kernel refuses to load fentry/fexit (tracing) programs".to_owned()),
+        Err(e) => Err(format!("probing for fentry support failed: {e}")),
+    }
+}

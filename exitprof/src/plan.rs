@@ -1,0 +1,352 @@
+//! The probe plan: which probe points exist on the running kernel and how each one is attached.
+//!
+//! Every point and its candidate attach targets across kernel versions are in one declarative
+//! table, [`SITES`]. [`Plan::resolve`] picks, per point, fentry/fexit where tracing programs load
+//! and BTF has the function, kprobe/kretprobe where the symbol exists and kprobes do,
+//! tracepoints otherwise — or exactly the mode the user forced, failing clearly where it cannot
+//! work.
+
+use std::{collections::HashSet, fmt};
+
+use exitprof_common::point::{ExitFn, Marker, Point};
+use serde::Serialize;
+
+use crate::kernel::{KernelFacts, exit_path::ExitPath, function_slot, marker_name};
+
+/// The attach mode asked for on the command line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttachMode {
+    /// Per point, the best the kernel offers: fentry, then kprobe, then tracepoints.
+    #[default]
+    Auto,
+    /// kprobes and kretprobes on functions (tracepoints where a point is one).
+    Kprobe,
+    /// fentry and fexit on functions (tracepoints where a point is one).
+    Fentry,
+    /// Tracepoints only.
+    Tracepoint,
+}
+
+impl fmt::Display for AttachMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::Kprobe => "kprobe",
+            Self::Fentry => "fentry",
+            Self::Tracepoint => "tracepoint",
+        })
+    }
+}
+
+/// How one planned point is attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum How {
+    Fentry,
+    Kprobe,
+    BtfTracepoint,
+    Tracepoint,
+}
+
+impl fmt::Display for How {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Fentry => "fentry",
+            Self::Kprobe => "kprobe",
+            Self::BtfTracepoint => "tp_btf",
+            Self::Tracepoint => "tracepoint",
+        })
+    }
+}
+
+/// A probe site: a marker, or a function probed at entry and return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SiteId {
+    Marker(Marker),
+    Function(ExitFn),
+}
+
+impl SiteId {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Marker(m) => marker_name(m),
+            Self::Function(f) => function_slot(f),
+        }
+    }
+
+    /// The probe points this site produces.
+    pub fn points(self) -> Vec<Point> {
+        match self {
+            Self::Marker(m) => vec![Point::Marker(m)],
+            Self::Function(f) => vec![Point::Enter(f), Point::Return(f)],
+        }
+    }
+}
+
+/// How a site can be attached.
+#[derive(Clone, Copy, Debug)]
+enum Hook {
+    /// A kernel function, by candidate symbol in order of preference (names change across
+    /// versions).
+    Function(&'static [&'static str]),
+    /// A tracepoint with a BTF prototype (`tp_btf`).
+    BtfTracepoint(&'static str),
+    /// A `syscalls:` tracepoint (these have no BTF prototype of their own).
+    Syscall(&'static str),
+}
+
+struct Site {
+    id: SiteId,
+    hook: Hook,
+    /// Attached only when this function site is not: it marks a place inside it, and the
+    /// function's own probes measure it better.
+    fallback_for: Option<SiteId>,
+}
+
+const fn function(f: ExitFn, candidates: &'static [&'static str]) -> Site {
+    Site { id: SiteId::Function(f), hook: Hook::Function(candidates), fallback_for: None }
+}
+
+/// Every probe point exitprof knows, with its candidate attach targets across kernel versions.
+const SITES: &[Site] = &[
+    Site {
+        id: SiteId::Marker(Marker::DoExit),
+        hook: Hook::Function(&["do_exit"]),
+        fallback_for: None,
+    },
+    Site {
+        id: SiteId::Marker(Marker::SysEnterExit),
+        hook: Hook::Syscall("sys_enter_exit"),
+        fallback_for: Some(SiteId::Marker(Marker::DoExit)),
+    },
+    Site {
+        id: SiteId::Marker(Marker::SysEnterExitGroup),
+        hook: Hook::Syscall("sys_enter_exit_group"),
+        fallback_for: Some(SiteId::Marker(Marker::DoExit)),
+    },
+    Site {
+        id: SiteId::Marker(Marker::SignalDeliverKill),
+        hook: Hook::BtfTracepoint("signal_deliver"),
+        fallback_for: Some(SiteId::Marker(Marker::DoExit)),
+    },
+    function(ExitFn::ExitSignals, &["exit_signals"]),
+    function(ExitFn::ExitItimers, &["exit_itimers"]),
+    function(ExitFn::TaskstatsExit, &["taskstats_exit"]),
+    Site {
+        id: SiteId::Marker(Marker::SchedProcessExit),
+        hook: Hook::BtfTracepoint("sched_process_exit"),
+        fallback_for: None,
+    },
+    function(ExitFn::PerfEventExitTask, &["perf_event_exit_task"]),
+    function(ExitFn::AcctProcess, &["acct_process"]),
+    function(ExitFn::ExitSem, &["exit_sem"]),
+    function(ExitFn::ExitShm, &["exit_shm"]),
+    function(ExitFn::ExitFiles, &["exit_files"]),
+    function(ExitFn::ExitFs, &["exit_fs"]),
+    // Renamed in the Oct-2025 namespace series.
+    function(ExitFn::ExitTaskNamespaces, &["exit_task_namespaces", "exit_nsproxy_namespaces"]),
+    function(ExitFn::PutIpcNs, &["put_ipc_ns"]),
+    // Removed in v6.3.
+    function(ExitFn::MqPutMnt, &["mq_put_mnt"]),
+    function(ExitFn::TaskWorkRun, &["task_work_run"]),
+    function(ExitFn::ExitThread, &["exit_thread"]),
+    Site {
+        id: SiteId::Marker(Marker::X86FpuDropped),
+        hook: Hook::BtfTracepoint("x86_fpu_dropped"),
+        fallback_for: Some(SiteId::Function(ExitFn::ExitThread)),
+    },
+    // Renamed with the cgroup_task_{exit,release,free} series.
+    function(ExitFn::CgroupExit, &["cgroup_exit", "cgroup_task_exit"]),
+    function(ExitFn::ReleaseTask, &["release_task"]),
+    function(ExitFn::ProcExitConnector, &["proc_exit_connector"]),
+    Site {
+        id: SiteId::Marker(Marker::DoTaskDead),
+        hook: Hook::Function(&["do_task_dead"]),
+        fallback_for: None,
+    },
+    Site {
+        id: SiteId::Marker(Marker::FinalSwitch),
+        hook: Hook::BtfTracepoint("sched_switch"),
+        fallback_for: None,
+    },
+];
+
+/// One point of the resolved plan.
+#[derive(Clone, Debug, Serialize)]
+pub struct Planned {
+    #[serde(skip)]
+    pub site: SiteId,
+    pub point: &'static str,
+    pub how: How,
+    /// The symbol or tracepoint attached to.
+    pub target: String,
+    /// Why this target and not the first candidate, when it is a fallback.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// A point the plan leaves out, and why.
+#[derive(Clone, Debug, Serialize)]
+pub struct Unplanned {
+    pub point: &'static str,
+    pub reason: String,
+}
+
+/// The resolved probe plan for the running kernel.
+#[derive(Clone, Debug, Serialize)]
+pub struct Plan {
+    pub kernel: String,
+    pub mode: AttachMode,
+    pub points: Vec<Planned>,
+    pub unavailable: Vec<Unplanned>,
+    #[serde(skip)]
+    pub exit_path: ExitPath,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("--attach kprobe: {0}; use --attach tracepoint (or auto)")]
+    NoKprobes(String),
+    #[error("--attach fentry: {0}; use --attach kprobe or --attach tracepoint (or auto)")]
+    NoFentry(String),
+    #[error("no way to time the {what} of an exit on this kernel: {why}")]
+    MissingBoundary { what: &'static str, why: String },
+}
+
+impl Plan {
+    /// Resolves every site for the running kernel in the given mode.
+    pub fn resolve(facts: &KernelFacts, mode: AttachMode) -> Result<Self, PlanError> {
+        match mode {
+            AttachMode::Kprobe => facts.kprobes.clone().map_err(PlanError::NoKprobes)?,
+            AttachMode::Fentry => facts.fentry.clone().map_err(PlanError::NoFentry)?,
+            AttachMode::Auto | AttachMode::Tracepoint => {}
+        }
+        let mut points = Vec::new();
+        let mut unavailable = Vec::new();
+        for site in SITES {
+            match resolve_site(facts, mode, site) {
+                Ok(planned) => points.push(planned),
+                Err(reason) => unavailable.push(Unplanned { point: site.id.name(), reason }),
+            }
+        }
+        // A fallback is dropped where what it stands in for is probed.
+        let probed: HashSet<SiteId> = points.iter().map(|p: &Planned| p.site).collect();
+        let mut kept = Vec::new();
+        for planned in points {
+            let site = SITES.iter().find(|s| s.id == planned.site).expect("planned from SITES");
+            match site.fallback_for {
+                Some(primary) if probed.contains(&primary) => unavailable.push(Unplanned {
+                    point: planned.point,
+                    reason: format!("not needed: {} is probed", primary.name()),
+                }),
+                _ => kept.push(planned),
+            }
+        }
+        let plan = Self {
+            kernel: facts.release.clone(),
+            mode,
+            points: kept,
+            unavailable,
+            exit_path: ExitPath::for_kernel(facts.version),
+        };
+        plan.require("start", &[Marker::DoExit, Marker::SysEnterExit, Marker::SysEnterExitGroup])?;
+        plan.require("end", &[Marker::FinalSwitch])?;
+        Ok(plan)
+    }
+
+    fn require(&self, what: &'static str, any_of: &[Marker]) -> Result<(), PlanError> {
+        if self.points.iter().any(|p| any_of.iter().any(|m| p.site == SiteId::Marker(*m))) {
+            return Ok(());
+        }
+        let why = self
+            .unavailable
+            .iter()
+            .filter(|u| any_of.iter().any(|m| marker_name(*m) == u.point))
+            .map(|u| format!("{}: {}", u.point, u.reason))
+            .collect::<Vec<_>>()
+            .join("; ");
+        Err(PlanError::MissingBoundary { what, why })
+    }
+}
+
+fn resolve_site(facts: &KernelFacts, mode: AttachMode, site: &Site) -> Result<Planned, String> {
+    let planned = |how, target: &str, note| Planned {
+        site: site.id,
+        point: site.id.name(),
+        how,
+        target: target.to_owned(),
+        note,
+    };
+    match site.hook {
+        Hook::BtfTracepoint(name) => {
+            let btf = facts.btf.as_ref().ok_or("kernel BTF is missing")?;
+            if btf.has_tracepoint(name) {
+                Ok(planned(How::BtfTracepoint, name, None))
+            } else {
+                Err(format!("tracepoint {name} does not exist on this kernel"))
+            }
+        }
+        Hook::Syscall(name) => Ok(planned(How::Tracepoint, &format!("syscalls:{name}"), None)),
+        Hook::Function(candidates) => {
+            if mode == AttachMode::Tracepoint {
+                return Err("a function probe (--attach tracepoint)".to_owned());
+            }
+            let symbol = pick_symbol(facts, candidates)?;
+            let note = (symbol != candidates[0])
+                .then(|| format!("{} is not a symbol on this kernel", candidates[0]));
+            let fentry = || -> Result<(), String> {
+                facts.fentry.clone()?;
+                let btf = facts.btf.as_ref().ok_or("kernel BTF is missing")?;
+                if !btf.has_function(symbol) {
+                    return Err(format!("BTF has no function {symbol}"));
+                }
+                match &facts.ftrace_functions {
+                    Some(traceable) if !traceable.contains(symbol) => {
+                        Err(format!("{symbol} is not in available_filter_functions"))
+                    }
+                    _ => Ok(()),
+                }
+            };
+            let kprobe = || -> Result<(), String> {
+                facts.kprobes.clone()?;
+                if facts.kprobe_blacklist.contains(symbol) {
+                    return Err(format!("{symbol} is on the kprobe blacklist"));
+                }
+                Ok(())
+            };
+            match mode {
+                AttachMode::Fentry => fentry().map(|()| planned(How::Fentry, symbol, note)),
+                AttachMode::Kprobe => kprobe().map(|()| planned(How::Kprobe, symbol, note)),
+                AttachMode::Auto => match (fentry(), kprobe()) {
+                    (Ok(()), _) => Ok(planned(How::Fentry, symbol, note)),
+                    (Err(_), Ok(())) => Ok(planned(How::Kprobe, symbol, note)),
+                    (Err(no_fentry), Err(no_kprobe)) => {
+                        Err(format!("no fentry ({no_fentry}), no kprobe ({no_kprobe})"))
+                    }
+                },
+                AttachMode::Tracepoint => unreachable!("handled above"),
+            }
+        }
+    }
+}
+
+/// The first candidate that is a kernel symbol.
+fn pick_symbol(
+    facts: &KernelFacts,
+    candidates: &'static [&'static str],
+) -> Result<&'static str, String> {
+    if let Some(found) = candidates.iter().find(|c| facts.kallsyms.has_function(c)) {
+        return Ok(found);
+    }
+    let clones: Vec<&str> = candidates.iter().flat_map(|c| facts.kallsyms.clones_of(c)).collect();
+    let names = candidates.join(" / ");
+    Err(if clones.is_empty() {
+        format!("{names}: not a symbol on this kernel (inlined or compiled out)")
+    } else {
+        format!(
+            "{names}: only compiler clones exist ({}), not the function itself",
+            clones.join(", ")
+        )
+    })
+}

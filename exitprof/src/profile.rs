@@ -1,0 +1,92 @@
+//! The profile of a run: every recorded exit folded into per-stage latency histograms.
+
+use std::collections::HashMap;
+
+use crate::{
+    exits::Exit,
+    histogram::{Latency, Summary},
+    plan::Plan,
+    stages::{Stage, StageNamer},
+};
+
+/// Per-stage histograms of every exit seen.
+pub struct Profile {
+    namer: StageNamer,
+    exit: Latency,
+    stages: Vec<Latency>,
+    /// Exits recorded.
+    pub exits: u64,
+    /// Exits whose start marker was not seen (they began on a path no start probe covers).
+    pub late_starts: u64,
+    /// Probe hits that did not fit in a record.
+    pub lost_hits: u64,
+}
+
+/// One row of the stage table.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StageRow {
+    #[serde(flatten)]
+    pub stage: Stage,
+    #[serde(flatten)]
+    pub summary: Summary,
+    /// This stage's share of the total exit time.
+    pub share_of_exit: f64,
+}
+
+impl Profile {
+    pub fn new(plan: &Plan) -> Self {
+        Self {
+            namer: StageNamer::new(plan),
+            exit: Latency::default(),
+            stages: Vec::new(),
+            exits: 0,
+            late_starts: 0,
+            lost_hits: 0,
+        }
+    }
+
+    pub fn add(&mut self, exit: &Exit) {
+        self.exits += 1;
+        if exit.flags & exitprof_common::record::FLAG_LATE_START != 0 {
+            self.late_starts += 1;
+        }
+        self.lost_hits += u64::from(exit.lost_hits);
+        self.exit.record(exit.duration_ns(), exit.off_cpu_ns());
+        // A stage can occur more than once in one exit (a function split by a nested probe);
+        // each exit contributes one value per stage.
+        let mut per_stage: HashMap<usize, (u64, u64)> = HashMap::new();
+        for span in self.namer.spans(exit) {
+            let e = per_stage.entry(span.stage).or_default();
+            e.0 += span.ns;
+            e.1 += span.off_cpu_ns;
+        }
+        self.stages.resize_with(self.namer.stages().len(), Latency::default);
+        for (stage, (ns, off)) in per_stage {
+            self.stages[stage].record(ns, off);
+        }
+    }
+
+    /// The whole exit.
+    pub fn exit_summary(&self) -> Summary {
+        self.exit.summary()
+    }
+
+    /// The stages, in the order the kernel runs them.
+    pub fn rows(&self) -> Vec<StageRow> {
+        let exit_total = self.exit.total_ns;
+        let mut rows: Vec<StageRow> = self
+            .namer
+            .stages()
+            .iter()
+            .zip(&self.stages)
+            .map(|(stage, latency)| {
+                let summary = latency.summary();
+                let share =
+                    if exit_total == 0 { 0.0 } else { summary.total_ns as f64 / exit_total as f64 };
+                StageRow { stage: stage.clone(), summary, share_of_exit: share }
+            })
+            .collect();
+        rows.sort_by_key(|r| r.stage.order);
+        rows
+    }
+}

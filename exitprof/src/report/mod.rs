@@ -1,0 +1,43 @@
+//! What a run reports: the terminal tables and the JSON document.
+
+pub mod document;
+pub mod terminal;
+
+/// A duration in ns, with a unit a person reads at a glance: `850ns`, `12.3µs`, `4.56ms`, `2.10s`.
+pub fn fmt_ns(ns: f64) -> String {
+    if ns < 1e3 {
+        format!("{ns:.0}ns")
+    } else if ns < 1e6 {
+        format!("{:.1}µs", ns / 1e3)
+    } else if ns < 1e9 {
+        format!("{:.2}ms", ns / 1e6)
+    } else {
+        format!("{:.2}s", ns / 1e9)
+    }
+}
+
+/// A count per second, e.g. `14.5k`.
+pub fn fmt_rate(per_s: f64) -> String {
+    if per_s >= 1e6 {
+        format!("{:.2}M", per_s / 1e6)
+    } else if per_s >= 1e3 {
+        format!("{:.1}k", per_s / 1e3)
+    } else {
+        format!("{per_s:.0}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(fmt_ns(850.0), "850ns");
+        assert_eq!(fmt_ns(12_345.0), "12.3µs");
+        assert_eq!(fmt_ns(4_560_000.0), "4.56ms");
+        assert_eq!(fmt_ns(2_100_000_000.0), "2.10s");
+        assert_eq!(fmt_rate(14_523.0), "14.5k");
+        assert_eq!(fmt_rate(950.0), "950");
+    }
+}

@@ -1,0 +1,55 @@
+//! Developer and CI automation for exitprof: toolchain setup, running as root, tests.
+
+mod command;
+mod setup;
+mod test;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "exitprof's developer and CI tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Installs what building the eBPF side needs (nightly + rust-src, bpf-linker); idempotent.
+    Setup,
+    /// Sets up, builds exitprof in release mode and runs it as root with ARGS.
+    Run {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Runs the whole test suite: lints, unit tests, root integration tests on this kernel, and
+    /// the VM tests on Debian kernels.
+    Test(test::TestArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Setup => setup::setup().map(|_| ()),
+        Task::Run { args } => run(&args),
+        Task::Test(args) => test::test(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &[String]) -> anyhow::Result<()> {
+    setup::setup()?;
+    command::cargo(&["build", "--release", "--locked", "--package", "exitprof"])?;
+    let exe = command::workspace_root().join("target/release/exitprof");
+    let status = command::as_root(&exe, args)?;
+    // Pass exitprof's own exit status through (2 for usage errors, 130 for Ctrl-C, ...).
+    std::process::exit(status.code().unwrap_or(1));
+}

@@ -1,0 +1,99 @@
+//! `cargo xtask test`: the whole test suite, in the order that fails fastest.
+//!
+//! 1. lints: rustfmt, clippy on the userspace crates and on the eBPF crate;
+//! 2. unit tests (no root needed);
+//! 3. integration tests, as root, one at a time (they load eBPF programs and share kernel state);
+//! 4. the VM tests on Debian kernels (kprobe and fentry modes, which this host lacks).
+
+use std::{path::PathBuf, process::Command, time::Instant};
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+
+use crate::{
+    command::{cargo, root_command, run, workspace_root},
+    setup,
+};
+
+#[derive(Args)]
+pub struct TestArgs {
+    /// Skip the VM tests (a local shortcut; CI runs them).
+    #[arg(long)]
+    pub no_vm: bool,
+}
+
+pub fn test(args: &TestArgs) -> anyhow::Result<()> {
+    setup::setup()?;
+    stage("lints", lint)?;
+    stage("unit tests", || cargo(&["test", "--locked", "--workspace", "--lib", "--bins"]))?;
+    stage("root integration tests", integration)?;
+    if args.no_vm {
+        eprintln!("xtask: VM tests skipped (--no-vm): kprobe and fentry modes were not tested");
+    }
+    Ok(())
+}
+
+fn stage(name: &str, f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {
+    eprintln!("xtask: == {name} ==");
+    let started = Instant::now();
+    f().with_context(|| format!("{name} failed"))?;
+    eprintln!("xtask: {name} passed in {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// rustfmt, and clippy on both halves: userspace for the host, eBPF for the BPF target.
+pub fn lint() -> anyhow::Result<()> {
+    cargo(&["fmt", "--all", "--", "--check"])?;
+    cargo(&[
+        "clippy",
+        "--locked",
+        "--workspace",
+        "--exclude",
+        "exitprof-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
+    run(Command::new("cargo")
+        .args(["+nightly", "clippy", "--locked", "--package", "exitprof-ebpf", "--release"])
+        .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core", "--", "-D", "warnings"])
+        .current_dir(workspace_root()))
+}
+
+/// Builds the integration tests, then runs each binary as root, one test at a time.
+fn integration() -> anyhow::Result<()> {
+    let binaries = test_binaries()?;
+    if binaries.is_empty() {
+        bail!("no integration test binaries were built");
+    }
+    for binary in binaries {
+        let mut cmd = root_command(&binary, &["--test-threads=1"])?;
+        cmd.env("RUST_BACKTRACE", "1");
+        run(&mut cmd)?;
+    }
+    Ok(())
+}
+
+/// Paths of exitprof's integration-test executables (cargo's JSON messages name them).
+fn test_binaries() -> anyhow::Result<Vec<PathBuf>> {
+    let out = Command::new(env!("CARGO"))
+        .args(["test", "--locked", "--package", "exitprof", "--tests", "--no-run"])
+        .args(["--message-format=json-render-diagnostics"])
+        .current_dir(workspace_root())
+        .output()
+        .context("building the integration tests")?;
+    if !out.status.success() {
+        bail!("building the integration tests failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let mut binaries = Vec::new();
+    for line in String::from_utf8(out.stdout)?.lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let is_integration_test =
+            msg["target"]["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "test"));
+        if is_integration_test && let Some(exe) = msg["executable"].as_str() {
+            binaries.push(PathBuf::from(exe));
+        }
+    }
+    Ok(binaries)
+}
