@@ -25,7 +25,9 @@ pub struct TestArgs {
 pub fn test(args: &TestArgs) -> anyhow::Result<()> {
     setup::setup()?;
     stage("lints", lint)?;
-    stage("unit tests", || cargo(&["test", "--locked", "--workspace", "--lib", "--bins"]))?;
+    stage("unit tests", || {
+        cargo(&["test", "--locked", "--workspace", "--exclude", "exitprof-ebpf", "--lib", "--bins"])
+    })?;
     stage("root integration tests", integration)?;
     if args.no_vm {
         eprintln!("xtask: VM tests skipped (--no-vm): kprobe and fentry modes were not tested");
