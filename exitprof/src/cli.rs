@@ -3,6 +3,8 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::{kprobe_events, plan::AttachMode};
+
 #[derive(Debug, Parser)]
 #[command(
     name = "exitprof",
@@ -23,9 +25,35 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Prints the probe plan for the running kernel: every probe point, how it would be
+    /// attached and to what, and what is unavailable and why. Nothing is attached.
+    Plan(PlanArgs),
     /// Runs a workload inside exitprof's child process (internal).
     #[command(name = "__workload", hide = true)]
     Workload(WorkloadChild),
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub probes: ProbeArgs,
+    /// Print the plan as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// How exitprof attaches its probes.
+#[derive(Clone, Copy, Debug, Args)]
+pub struct ProbeArgs {
+    /// Attach mode: per point the best available (auto), or force one mode and fail where the
+    /// kernel cannot do it.
+    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
+    pub attach: AttachMode,
+    /// Instances per kretprobe: how many tasks may be inside one probed function at once
+    /// before returns are missed (and counted).
+    #[arg(long, value_name = "N", default_value_t = kprobe_events::MAX_ACTIVE,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(kprobe_events::MAX_ACTIVE)))]
+    pub kretprobe_maxactive: u32,
 }
 
 /// Profile one storm (the default command).
@@ -36,6 +64,8 @@ pub struct RunArgs {
     pub workload: WorkloadKind,
     #[command(flatten)]
     pub threads: ThreadsParams,
+    #[command(flatten)]
+    pub probes: ProbeArgs,
     /// Print one JSON document on stdout instead of the tables.
     #[arg(long)]
     pub json: bool,

@@ -1,17 +1,19 @@
 //! Loads exitprof's eBPF object and attaches its programs as the probe plan says.
 
-use std::time::Instant;
+use std::{os::fd::AsFd as _, path::Path, time::Instant};
 
 use anyhow::{Context as _, bail};
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    programs::{BtfTracePoint, FEntry, FExit, KProbe, TracePoint},
+    programs::{BtfTracePoint, FEntry, FExit, KProbe, Program, TracePoint},
 };
 use exitprof_common::point::Marker;
 
 use crate::{
     kernel::{btf::KernelBtf, function_slot},
+    kprobe_events::{self, KprobeEvent},
     plan::{How, Plan, Planned, SiteId},
+    prog_stats,
 };
 
 /// The eBPF object, built from `exitprof-ebpf` by the build script.
@@ -35,17 +37,41 @@ pub struct LoadOptions {
     pub trace_all: bool,
     /// Size of the exit-record ring buffer.
     pub ringbuf_bytes: u32,
+    /// Instances per kretprobe: how many tasks can be inside one probed function at once.
+    pub kretprobe_maxactive: u32,
 }
 
 /// The loaded object with its programs attached. Dropping it detaches everything.
 pub struct Probes {
+    /// kprobe events created through tracefs; dropped (removed) before the programs unload.
+    kprobes: Vec<KprobeEvent>,
     pub ebpf: Ebpf,
+    /// Names of the attached programs.
+    programs: Vec<String>,
+}
+
+impl Probes {
+    /// Probe hits the kernel dropped: kprobe misses (e.g. kretprobe instances exhausted) plus
+    /// program runs skipped because another BPF program was running on the CPU.
+    pub fn misses(&self) -> anyhow::Result<u64> {
+        let mut misses = 0;
+        for event in &self.kprobes {
+            misses += event.profile().context("reading kprobe_profile")?.1;
+        }
+        for name in &self.programs {
+            let program = self.ebpf.program(name).context("program vanished")?;
+            misses += prog_stats::recursion_misses(program.fd()?.as_fd())
+                .with_context(|| format!("reading the statistics of program {name}"))?;
+        }
+        Ok(misses)
+    }
 }
 
 /// Loads the object and attaches the plan's programs plus fork tracking.
 pub fn load_and_attach(
     plan: &Plan,
     kernel_btf: &KernelBtf,
+    tracefs: &Path,
     options: LoadOptions,
 ) -> anyhow::Result<Probes> {
     ensure_object_embedded()?;
@@ -53,88 +79,105 @@ pub fn load_and_attach(
     let btf = Btf::from_sys_fs().context("reading kernel BTF for the eBPF loader")?;
     let task_pid_offset = kernel_btf.field_offset("task_struct", "pid")?;
     let trace_all = u32::from(options.trace_all);
-    let mut ebpf = EbpfLoader::new()
+    let ebpf = EbpfLoader::new()
         .btf(Some(&btf))
         .override_global("TRACE_ALL", &trace_all, true)
         .override_global("TASK_PID_OFFSET", &task_pid_offset, true)
         .map_max_entries("EXITS", options.ringbuf_bytes)
         .load(OBJECT)
         .context("loading exitprof's eBPF object")?;
-    if let Err(e) = aya_log::EbpfLogger::init(&mut ebpf) {
-        log::debug!("eBPF-side logging is off: {e}");
-    }
-    let mut attached = 0;
+    kprobe_events::remove_stale(tracefs);
+    let mut probes = Probes { kprobes: Vec::new(), ebpf, programs: Vec::new() };
+    let mut attacher = Attacher { probes: &mut probes, btf: &btf, tracefs, options };
     // The end of an exit first, so that no exit starts without its end being watched.
     let mut order: Vec<&Planned> = plan.points.iter().collect();
     order.sort_by_key(|p| p.site != SiteId::Marker(Marker::FinalSwitch));
     for planned in order {
-        for program in program_names(planned) {
-            attach(&mut ebpf, &btf, &program, planned.how, &planned.target).with_context(|| {
+        for (program, ret) in program_names(planned) {
+            attacher.attach(&program, planned.how, &planned.target, ret).with_context(|| {
                 format!("attaching {} {} (program {program})", planned.how, planned.target)
             })?;
-            attached += 1;
         }
     }
-    attach(&mut ebpf, &btf, "task_newtask", How::BtfTracepoint, "task_newtask")
+    attacher
+        .attach("task_newtask", How::BtfTracepoint, "task_newtask", false)
         .context("attaching tp_btf task_newtask (follows the workload's forks)")?;
-    attached += 1;
-    log::info!("attached {attached} programs in {} ms", started.elapsed().as_millis());
-    Ok(Probes { ebpf })
+    log::info!(
+        "attached {} programs in {} ms",
+        probes.programs.len(),
+        started.elapsed().as_millis()
+    );
+    Ok(probes)
 }
 
-/// The eBPF programs that implement a planned point.
-fn program_names(planned: &Planned) -> Vec<String> {
+/// The eBPF programs that implement a planned point, each with whether it is a return probe.
+fn program_names(planned: &Planned) -> Vec<(String, bool)> {
     let kind = |entry: &str, exit: &str| match planned.site {
         SiteId::Function(f) => {
             let slot = function_slot(f);
-            vec![format!("{entry}_{slot}"), format!("{exit}_{slot}")]
+            vec![(format!("{entry}_{slot}"), false), (format!("{exit}_{slot}"), true)]
         }
-        SiteId::Marker(Marker::DoExit) => vec![format!("{entry}_do_exit")],
-        SiteId::Marker(Marker::DoTaskDead) => vec![format!("{entry}_do_task_dead")],
+        SiteId::Marker(Marker::DoExit) => vec![(format!("{entry}_do_exit"), false)],
+        SiteId::Marker(Marker::DoTaskDead) => vec![(format!("{entry}_do_task_dead"), false)],
         SiteId::Marker(m) => unreachable!("marker {m:?} is not a function"),
     };
     match planned.how {
         How::Kprobe => kind("kprobe_enter", "kretprobe_exit"),
         How::Fentry => kind("fentry_enter", "fexit_exit"),
         // Tracepoint programs are named after their tracepoint.
-        How::BtfTracepoint => vec![planned.target.clone()],
+        How::BtfTracepoint => vec![(planned.target.clone(), false)],
         How::Tracepoint => {
-            vec![planned.target.rsplit(':').next().unwrap_or(&planned.target).to_owned()]
+            vec![(planned.target.rsplit(':').next().unwrap_or(&planned.target).to_owned(), false)]
         }
     }
 }
 
-fn attach(ebpf: &mut Ebpf, btf: &Btf, program: &str, how: How, target: &str) -> anyhow::Result<()> {
-    let prog = ebpf
-        .program_mut(program)
-        .with_context(|| format!("the eBPF object has no program {program}"))?;
-    match how {
-        How::BtfTracepoint => {
-            let p: &mut BtfTracePoint = prog.try_into()?;
-            p.load(target, btf)?;
-            p.attach()?;
+struct Attacher<'a> {
+    probes: &'a mut Probes,
+    btf: &'a Btf,
+    tracefs: &'a Path,
+    options: LoadOptions,
+}
+
+impl Attacher<'_> {
+    fn attach(&mut self, program: &str, how: How, target: &str, ret: bool) -> anyhow::Result<()> {
+        let prog: &mut Program = self
+            .probes
+            .ebpf
+            .program_mut(program)
+            .with_context(|| format!("the eBPF object has no program {program}"))?;
+        match how {
+            How::BtfTracepoint => {
+                let p: &mut BtfTracePoint = prog.try_into()?;
+                p.load(target, self.btf)?;
+                p.attach()?;
+            }
+            How::Tracepoint => {
+                let (category, name) =
+                    target.split_once(':').context("tracepoint without category")?;
+                let p: &mut TracePoint = prog.try_into()?;
+                p.load()?;
+                p.attach(category, name)?;
+            }
+            How::Kprobe => {
+                let p: &mut KProbe = prog.try_into()?;
+                p.load()?;
+                let maxactive = ret.then_some(self.options.kretprobe_maxactive);
+                let event = KprobeEvent::attach(self.tracefs, p.fd()?.as_fd(), target, maxactive)?;
+                self.probes.kprobes.push(event);
+            }
+            How::Fentry if ret => {
+                let p: &mut FExit = prog.try_into()?;
+                p.load(target, self.btf)?;
+                p.attach()?;
+            }
+            How::Fentry => {
+                let p: &mut FEntry = prog.try_into()?;
+                p.load(target, self.btf)?;
+                p.attach()?;
+            }
         }
-        How::Tracepoint => {
-            let (category, name) = target.split_once(':').context("tracepoint without category")?;
-            let p: &mut TracePoint = prog.try_into()?;
-            p.load()?;
-            p.attach(category, name)?;
-        }
-        How::Kprobe => {
-            let p: &mut KProbe = prog.try_into()?;
-            p.load()?;
-            p.attach(target, 0)?;
-        }
-        How::Fentry if program.starts_with("fexit") => {
-            let p: &mut FExit = prog.try_into()?;
-            p.load(target, btf)?;
-            p.attach()?;
-        }
-        How::Fentry => {
-            let p: &mut FEntry = prog.try_into()?;
-            p.load(target, btf)?;
-            p.attach()?;
-        }
+        self.probes.programs.push(program.to_owned());
+        Ok(())
     }
-    Ok(())
 }

@@ -5,10 +5,12 @@ mod collect;
 mod exits;
 mod histogram;
 mod kernel;
+mod kprobe_events;
 mod load;
 mod plan;
 mod privileges;
 mod profile;
+mod prog_stats;
 mod report;
 mod run;
 mod stages;
@@ -20,7 +22,7 @@ use clap::Parser as _;
 
 use crate::{
     cli::{Cli, Command},
-    report::{document::RunDocument, terminal},
+    report::{document::RunDocument, plan::PlanDocument, terminal},
 };
 
 fn main() -> ExitCode {
@@ -33,6 +35,7 @@ fn main() -> ExitCode {
     env_logger::Builder::new().filter_level(level).format_timestamp(None).init();
     let result = match cli.command {
         Some(Command::Workload(child)) => workload::run_child(child),
+        Some(Command::Plan(args)) => print_plan(&args),
         None => run_and_report(cli.run),
     };
     match result {
@@ -42,6 +45,18 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn print_plan(args: &cli::PlanArgs) -> anyhow::Result<()> {
+    run::preflight()?;
+    let (facts, plan) = run::plan(args.probes.attach)?;
+    let doc = PlanDocument::new(&facts, &plan);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        print!("{}", doc.render());
+    }
+    Ok(())
 }
 
 fn run_and_report(args: cli::RunArgs) -> anyhow::Result<()> {

@@ -295,8 +295,10 @@ fn resolve_site(facts: &KernelFacts, mode: AttachMode, site: &Site) -> Result<Pl
             let symbol = pick_symbol(facts, candidates)?;
             let note = (symbol != candidates[0])
                 .then(|| format!("{} is not a symbol on this kernel", candidates[0]));
+            // Errors name what is wrong with this symbol; a mode the kernel lacks altogether is
+            // said once, in the calibration.
             let fentry = || -> Result<(), String> {
-                facts.fentry.clone()?;
+                facts.fentry.clone().map_err(|_| "no fentry on this kernel".to_owned())?;
                 let btf = facts.btf.as_ref().ok_or("kernel BTF is missing")?;
                 if !btf.has_function(symbol) {
                     return Err(format!("BTF has no function {symbol}"));
@@ -309,7 +311,7 @@ fn resolve_site(facts: &KernelFacts, mode: AttachMode, site: &Site) -> Result<Pl
                 }
             };
             let kprobe = || -> Result<(), String> {
-                facts.kprobes.clone()?;
+                facts.kprobes.clone().map_err(|_| "no kprobes on this kernel".to_owned())?;
                 if facts.kprobe_blacklist.contains(symbol) {
                     return Err(format!("{symbol} is on the kprobe blacklist"));
                 }
@@ -321,9 +323,7 @@ fn resolve_site(facts: &KernelFacts, mode: AttachMode, site: &Site) -> Result<Pl
                 AttachMode::Auto => match (fentry(), kprobe()) {
                     (Ok(()), _) => Ok(planned(How::Fentry, symbol, note)),
                     (Err(_), Ok(())) => Ok(planned(How::Kprobe, symbol, note)),
-                    (Err(no_fentry), Err(no_kprobe)) => {
-                        Err(format!("no fentry ({no_fentry}), no kprobe ({no_kprobe})"))
-                    }
+                    (Err(no_fentry), Err(no_kprobe)) => Err(format!("{no_fentry}; {no_kprobe}")),
                 },
                 AttachMode::Tracepoint => unreachable!("handled above"),
             }

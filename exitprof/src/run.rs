@@ -47,6 +47,9 @@ pub struct Losses {
     pub unfinished: u64,
     /// Probe hits that did not fit in their exit's record.
     pub hits: u64,
+    /// Probe hits the kernel dropped (kprobe misses, BPF recursion): their exits are recorded,
+    /// but with a point missing.
+    pub probe_misses: u64,
 }
 
 impl Losses {
@@ -89,14 +92,15 @@ pub fn plan(mode: AttachMode) -> anyhow::Result<(KernelFacts, Plan)> {
 pub async fn run(args: RunArgs) -> anyhow::Result<RunOutcome> {
     preflight()?;
     bump_memlock();
-    let (facts, plan) = plan(AttachMode::Auto)?;
+    let (facts, plan) = plan(args.probes.attach)?;
     let btf = facts.btf.as_ref().context("exitprof needs kernel BTF (CONFIG_DEBUG_INFO_BTF)")?;
     describe_attach(&plan.points);
-    let mut probes = load::load_and_attach(
-        &plan,
-        btf,
-        LoadOptions { trace_all: false, ringbuf_bytes: args.ringbuf_bytes },
-    )?;
+    let options = LoadOptions {
+        trace_all: false,
+        ringbuf_bytes: args.ringbuf_bytes,
+        kretprobe_maxactive: args.probes.kretprobe_maxactive,
+    };
+    let mut probes = load::load_and_attach(&plan, btf, &facts.tracefs, options)?;
     let mut stream = ExitStream::take(&mut probes.ebpf)?;
 
     let expected_exits = workload::expectation(&args).exits;
@@ -143,12 +147,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<RunOutcome> {
     stream.drain(&mut take);
     let unfinished = collect::in_progress(&probes.ebpf, &tgids)? as u64;
     let kernel = KernelLosses::read(&probes.ebpf)?;
+    let probe_misses = probes.misses()?;
     let detach_start = Instant::now();
     drop(stream);
     drop(probes);
     log::info!("detached in {} ms", detach_start.elapsed().as_millis());
 
-    let losses = Losses { kernel, undecodable, unfinished, hits: profile.lost_hits };
+    let losses = Losses { kernel, undecodable, unfinished, hits: profile.lost_hits, probe_misses };
     Ok(RunOutcome { plan, args, expected_exits, child, profile, losses, interrupted })
 }
 

@@ -1,6 +1,10 @@
 //! Feature calibration: what the running kernel supports, read once at startup.
 
-use std::{collections::HashSet, fs, path::Path};
+use std::{
+    collections::HashSet,
+    fs,
+    path::{Path, PathBuf},
+};
 
 use super::{btf::KernelBtf, kallsyms::Kallsyms, version::KernelVersion};
 
@@ -9,6 +13,8 @@ const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe";
 
 /// What the running kernel supports.
 pub struct KernelFacts {
+    /// Where tracefs is mounted.
+    pub tracefs: PathBuf,
     pub release: String,
     pub version: KernelVersion,
     /// `Err(why)` when kprobes cannot be created.
@@ -55,6 +61,7 @@ impl KernelFacts {
             })
             .unwrap_or_default();
         Ok(Self {
+            tracefs: tracefs.to_owned(),
             release,
             version,
             kprobes,
@@ -81,6 +88,21 @@ fn calibrate_fentry(has_btf: bool) -> Result<(), String> {
     match aya::sys::is_program_supported(aya::programs::ProgramType::Tracing) {
         Ok(true) => Ok(()),
         Ok(false) => Err("this kernel refuses to load fentry/fexit (tracing) programs".to_owned()),
-        Err(e) => Err(format!("probing for fentry support failed: {e}")),
+        Err(e) => Err(format!(
+            "this kernel refuses to load fentry/fexit (tracing) programs: {}",
+            error_chain(&e)
+        )),
     }
+}
+
+/// An error and its sources, `: `-separated (aya's errors keep the OS error in the source).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }

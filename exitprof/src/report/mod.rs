@@ -1,6 +1,7 @@
 //! What a run reports: the terminal tables and the JSON document.
 
 pub mod document;
+pub mod plan;
 pub mod terminal;
 
 /// A duration in ns, with a unit a person reads at a glance: `850ns`, `12.3µs`, `4.56ms`, `2.10s`.

@@ -48,6 +48,7 @@ fn loss_detail(doc: &RunDocument) -> String {
         (l.undecodable, "undecodable"),
         (l.unfinished, "unfinished"),
         (l.hits, "probe hits over the per-exit limit"),
+        (l.probe_misses, "probe hits missed by the kernel"),
         (l.kernel.tracked_map_full, "forks not followed"),
     ]
     .into_iter()

@@ -1,0 +1,32 @@
+//! Per-program counters the kernel keeps: how often a program could not run because another BPF
+//! program was already running on that CPU (`recursion_misses`, v5.12+). aya does not expose
+//! this field of `bpf_prog_info`, so it is read here.
+
+use std::{io, os::fd::BorrowedFd};
+
+use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_info};
+
+/// `bpf_prog_info.recursion_misses` of a loaded program.
+pub fn recursion_misses(program: BorrowedFd<'_>) -> io::Result<u64> {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: plain-data kernel ABI structs, valid when zeroed.
+    let mut info: bpf_prog_info = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+    attr.info.bpf_fd = program.as_raw_fd() as u32;
+    attr.info.info_len = size_of::<bpf_prog_info>() as u32;
+    attr.info.info = (&raw mut info) as u64;
+    // SAFETY: BPF_OBJ_GET_INFO_BY_FD writes at most `info_len` bytes into `info`.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            bpf_cmd::BPF_OBJ_GET_INFO_BY_FD as libc::c_long,
+            &raw mut attr,
+            size_of::<bpf_attr>(),
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(info.recursion_misses)
+}

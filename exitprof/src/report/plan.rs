@@ -1,0 +1,75 @@
+//! `exitprof plan`: the probe plan for the running kernel, for a person or as JSON.
+
+use std::fmt::Write as _;
+
+use comfy_table::{Table, presets::NOTHING};
+use serde::Serialize;
+
+use crate::{
+    kernel::KernelFacts,
+    plan::{AttachMode, Plan, Planned, Unplanned},
+};
+
+/// The plan and the calibration it was resolved from.
+#[derive(Debug, Serialize)]
+pub struct PlanDocument {
+    pub kernel: String,
+    pub mode: AttachMode,
+    /// `"yes"`, or why not.
+    pub kprobes: String,
+    pub fentry: String,
+    pub btf: bool,
+    pub tracefs: String,
+    pub points: Vec<Planned>,
+    pub unavailable: Vec<Unplanned>,
+}
+
+impl PlanDocument {
+    pub fn new(facts: &KernelFacts, plan: &Plan) -> Self {
+        let feature = |r: &Result<(), String>| match r {
+            Ok(()) => "yes".to_owned(),
+            Err(why) => format!("no: {why}"),
+        };
+        Self {
+            kernel: plan.kernel.clone(),
+            mode: plan.mode,
+            kprobes: feature(&facts.kprobes),
+            fentry: feature(&facts.fentry),
+            btf: facts.btf.is_some(),
+            tracefs: facts.tracefs.display().to_string(),
+            points: plan.points.clone(),
+            unavailable: plan.unavailable.clone(),
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "kernel   {}  (--attach {})", self.kernel, self.mode);
+        let _ = writeln!(out, "kprobes  {}", self.kprobes);
+        let _ = writeln!(out, "fentry   {}", self.fentry);
+        let _ = writeln!(out, "BTF      {}", if self.btf { "yes" } else { "no" });
+        let _ = writeln!(out, "tracefs  {}", self.tracefs);
+        let _ = writeln!(out, "\nprobe points, in exit-path order ({}):", self.points.len());
+        let mut table = Table::new();
+        table.load_preset(NOTHING).set_header(["point", "mode", "attached to", "note"]);
+        for p in &self.points {
+            table.add_row([
+                p.point,
+                &p.how.to_string(),
+                &p.target,
+                p.note.as_deref().unwrap_or(""),
+            ]);
+        }
+        let _ = writeln!(out, "{table}");
+        if !self.unavailable.is_empty() {
+            let _ = writeln!(out, "\nnot attached ({}):", self.unavailable.len());
+            let mut table = Table::new();
+            table.load_preset(NOTHING).set_header(["point", "why"]);
+            for u in &self.unavailable {
+                table.add_row([u.point, u.reason.as_str()]);
+            }
+            let _ = writeln!(out, "{table}");
+        }
+        out
+    }
+}
