@@ -1,24 +1,20 @@
 //! The per-task exit state: created at the first probe point of an exit, extended by every later
 //! point, sent to userspace at the final switch-out.
 
-use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns};
+use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id};
 use exitprof_common::{
     counters,
     record::{ExitRecord, FLAG_LATE_START, MAX_HITS, wire_len},
 };
 
-use crate::maps::{EMPTY_RECORD, EXITING, EXITS, TRACE_ALL, TRACKED, count_loss};
-
-/// CLOCK_MONOTONIC now, in ns: the clock of every timestamp exitprof records.
-#[inline(always)]
-pub fn now_ns() -> u64 {
-    // SAFETY: a helper without arguments or side effects.
-    unsafe { bpf_ktime_get_ns() }
-}
+use crate::{
+    helpers::{current_ipc_ns, now_ns},
+    maps::{EMPTY_RECORD, EXITING, EXITS, TRACE_ALL, TRACKED, count_loss},
+};
 
 /// Whether exits of this thread group are recorded.
 #[inline(always)]
-fn is_target(tgid: u32) -> bool {
+pub fn is_target(tgid: u32) -> bool {
     TRACE_ALL.load() != 0 || TRACKED.get_ptr(tgid).is_some()
 }
 
@@ -61,6 +57,7 @@ fn open_exit(pid: u32, tgid: u32) -> Option<*mut ExitRecord> {
     unsafe {
         (*record).pid = pid;
         (*record).tgid = tgid;
+        (*record).ipc_ns = current_ipc_ns();
     }
     Some(record)
 }

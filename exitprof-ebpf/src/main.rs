@@ -2,8 +2,10 @@
 #![no_std]
 #![no_main]
 
+mod deferred;
 mod exit_path;
 mod exit_state;
+mod helpers;
 mod maps;
 mod sched;
 

@@ -33,9 +33,35 @@ pub static LOSSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(counters::CO
 #[unsafe(no_mangle)]
 pub static TRACE_ALL: Global<u32> = Global::new(0);
 
-/// Offset of `pid` in `struct task_struct`, from the running kernel's BTF.
+/// Deferred-work records, to userspace.
+#[map]
+pub static DEFERRED: RingBuf = RingBuf::with_byte_size(1024 * 1024, 0);
+
+// Kernel structure offsets, from the running kernel's BTF (Rust eBPF has no CO-RE relocations).
+
+/// `offsetof(struct task_struct, pid)`.
 #[unsafe(no_mangle)]
 pub static TASK_PID_OFFSET: Global<u32> = Global::new(0);
+
+/// `offsetof(struct task_struct, tgid)`.
+#[unsafe(no_mangle)]
+pub static TASK_TGID_OFFSET: Global<u32> = Global::new(0);
+
+/// `offsetof(struct task_struct, nsproxy)`.
+#[unsafe(no_mangle)]
+pub static TASK_NSPROXY_OFFSET: Global<u32> = Global::new(0);
+
+/// `offsetof(struct nsproxy, ipc_ns)`.
+#[unsafe(no_mangle)]
+pub static NSPROXY_IPC_NS_OFFSET: Global<u32> = Global::new(0);
+
+/// `offsetof(struct work_struct, func)`.
+#[unsafe(no_mangle)]
+pub static WORK_FUNC_OFFSET: Global<u32> = Global::new(0);
+
+/// Address of `free_ipc` (kallsyms): the work function that frees IPC namespaces.
+#[unsafe(no_mangle)]
+pub static FREE_IPC_ADDR: Global<u64> = Global::new(0);
 
 /// Counts one loss of the given kind.
 #[inline(always)]

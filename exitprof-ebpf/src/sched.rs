@@ -1,9 +1,7 @@
 //! Scheduler probes: the end of an exit, off-CPU time inside it, and which processes to follow.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
-    macros::btf_tracepoint,
-    programs::BtfTracePointContext,
+    helpers::bpf_get_current_pid_tgid, macros::btf_tracepoint, programs::BtfTracePointContext,
 };
 use exitprof_common::{
     counters,
@@ -11,7 +9,8 @@ use exitprof_common::{
 };
 
 use crate::{
-    exit_state::{finish_exit, now_ns},
+    exit_state::finish_exit,
+    helpers::{now_ns, read_at},
     maps::{EXITING, TASK_PID_OFFSET, TRACKED, count_loss},
 };
 
@@ -20,11 +19,10 @@ const TASK_DEAD: u32 = 0x80;
 /// `CLONE_THREAD` (include/uapi/linux/sched.h).
 const CLONE_THREAD: u64 = 0x0001_0000;
 
-/// Reads `task->pid` through the offset userspace found in the kernel's BTF.
+/// `task->pid`.
 #[inline(always)]
 fn task_pid(task: *const u8) -> Option<u32> {
-    // SAFETY: a bounded kernel read that fails cleanly on a bad address.
-    unsafe { bpf_probe_read_kernel(task.add(TASK_PID_OFFSET.load() as usize).cast::<u32>()) }.ok()
+    read_at(task, TASK_PID_OFFSET.load())
 }
 
 /// `sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,

@@ -8,38 +8,36 @@ use aya::{
     Ebpf,
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
 };
-use exitprof_common::{counters, record::ExitRecord};
+use exitprof_common::{counters, deferred::DeferredRecord, record::ExitRecord};
 use serde::Serialize;
 use tokio::io::unix::AsyncFd;
 
-/// The exit-record ring buffer, readable from tokio.
-pub struct ExitStream {
+/// A ring buffer of records from the kernel side, readable from tokio.
+pub struct RecordStream {
     ring: AsyncFd<RingBuf<MapData>>,
 }
 
-impl ExitStream {
-    pub fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
-        let map = ebpf.take_map("EXITS").context("the eBPF object has no EXITS ring buffer")?;
-        let ring = RingBuf::try_from(map).context("EXITS is not a ring buffer")?;
+impl RecordStream {
+    /// Takes the ring buffer map `name` out of the object.
+    pub fn take(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<Self> {
+        let map =
+            ebpf.take_map(name).with_context(|| format!("the eBPF object has no map {name}"))?;
+        let ring =
+            RingBuf::try_from(map).with_context(|| format!("{name} is not a ring buffer"))?;
         // SAFETY: the ring buffer owns its descriptor, and the AsyncFd owns the ring buffer, so
         // the descriptor outlives its registration.
         let ring = unsafe { AsyncFd::register(ring) }
             .map_err(|e| e.into_parts().1)
-            .context("polling the EXITS ring buffer")?;
+            .with_context(|| format!("polling the {name} ring buffer"))?;
         Ok(Self { ring })
     }
 
-    /// Waits until records are available, then hands each one to `f`. Returns how many.
-    pub async fn next_batch(&mut self, mut f: impl FnMut(&[u8])) -> anyhow::Result<usize> {
-        let mut guard = self.ring.readable_mut().await.context("waiting on the ring buffer")?;
-        let ring = guard.get_inner_mut();
-        let mut n = 0;
-        while let Some(item) = ring.next() {
-            f(&item);
-            n += 1;
-        }
+    /// Waits until records may be available; [`RecordStream::drain`] then takes them.
+    pub async fn ready(&mut self) -> anyhow::Result<()> {
+        let mut guard = self.ring.readable_mut().await.context("waiting on a ring buffer")?;
+        // Cleared before draining: a record committed after this wakes the next wait.
         guard.clear_ready();
-        Ok(n)
+        Ok(())
     }
 
     /// Hands every record available now to `f`, without waiting. Returns how many.
@@ -63,6 +61,8 @@ pub struct KernelLosses {
     pub state_map_full: u64,
     /// Forked processes not followed because the tracking map was full.
     pub tracked_map_full: u64,
+    /// Deferred-work records dropped because their ring buffer was full.
+    pub deferred_ringbuf_full: u64,
 }
 
 impl KernelLosses {
@@ -77,6 +77,7 @@ impl KernelLosses {
             ringbuf_full: sum(counters::RINGBUF_FULL)?,
             state_map_full: sum(counters::STATE_FULL)?,
             tracked_map_full: sum(counters::TRACKED_FULL)?,
+            deferred_ringbuf_full: sum(counters::DEFERRED_RINGBUF_FULL)?,
         })
     }
 
@@ -84,6 +85,13 @@ impl KernelLosses {
     pub fn exits(&self) -> u64 {
         self.ringbuf_full + self.state_map_full
     }
+}
+
+/// Decodes a deferred-work record.
+pub fn decode_deferred(bytes: &[u8]) -> Option<DeferredRecord> {
+    (bytes.len() == size_of::<DeferredRecord>())
+        // SAFETY: the length matches, and any bit pattern is a valid DeferredRecord.
+        .then(|| unsafe { bytes.as_ptr().cast::<DeferredRecord>().read_unaligned() })
 }
 
 /// Thread groups whose exits are recorded.

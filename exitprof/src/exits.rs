@@ -87,6 +87,11 @@ impl Exit {
         }
     }
 
+    /// When the exit ended (its last hit: the final switch-out).
+    pub fn end_ns(&self) -> u64 {
+        self.hits.last().map_or(0, |h| h.ts_ns)
+    }
+
     /// Off-CPU time of the whole exit.
     pub fn off_cpu_ns(&self) -> u64 {
         match (self.hits.first(), self.hits.last()) {

@@ -10,7 +10,7 @@ use aya::{
 use exitprof_common::point::Marker;
 
 use crate::{
-    kernel::{btf::KernelBtf, function_slot},
+    kernel::KernelFacts,
     kprobe_events::{self, KprobeEvent},
     plan::{How, Plan, Planned, SiteId},
     prog_stats,
@@ -70,19 +70,32 @@ impl Probes {
 /// Loads the object and attaches the plan's programs plus fork tracking.
 pub fn load_and_attach(
     plan: &Plan,
-    kernel_btf: &KernelBtf,
-    tracefs: &Path,
+    facts: &KernelFacts,
     options: LoadOptions,
 ) -> anyhow::Result<Probes> {
     ensure_object_embedded()?;
+    let kernel_btf =
+        facts.btf.as_ref().context("exitprof needs kernel BTF (CONFIG_DEBUG_INFO_BTF)")?;
+    let tracefs = facts.tracefs.as_path();
     let started = Instant::now();
     let btf = Btf::from_sys_fs().context("reading kernel BTF for the eBPF loader")?;
-    let task_pid_offset = kernel_btf.field_offset("task_struct", "pid")?;
+    let offset = |strukt, field| kernel_btf.field_offset(strukt, field);
+    let task_pid = offset("task_struct", "pid")?;
+    let task_tgid = offset("task_struct", "tgid")?;
+    let task_nsproxy = offset("task_struct", "nsproxy")?;
+    let nsproxy_ipc_ns = offset("nsproxy", "ipc_ns")?;
+    let work_func = offset("work_struct", "func")?;
+    let free_ipc = facts.kallsyms.address("free_ipc").unwrap_or(0);
     let trace_all = u32::from(options.trace_all);
     let ebpf = EbpfLoader::new()
         .btf(Some(&btf))
         .override_global("TRACE_ALL", &trace_all, true)
-        .override_global("TASK_PID_OFFSET", &task_pid_offset, true)
+        .override_global("TASK_PID_OFFSET", &task_pid, true)
+        .override_global("TASK_TGID_OFFSET", &task_tgid, true)
+        .override_global("TASK_NSPROXY_OFFSET", &task_nsproxy, true)
+        .override_global("NSPROXY_IPC_NS_OFFSET", &nsproxy_ipc_ns, true)
+        .override_global("WORK_FUNC_OFFSET", &work_func, true)
+        .override_global("FREE_IPC_ADDR", &free_ipc, true)
         .map_max_entries("EXITS", options.ringbuf_bytes)
         .load(OBJECT)
         .context("loading exitprof's eBPF object")?;
@@ -112,14 +125,14 @@ pub fn load_and_attach(
 
 /// The eBPF programs that implement a planned point, each with whether it is a return probe.
 fn program_names(planned: &Planned) -> Vec<(String, bool)> {
-    let kind = |entry: &str, exit: &str| match planned.site {
-        SiteId::Function(f) => {
-            let slot = function_slot(f);
-            vec![(format!("{entry}_{slot}"), false), (format!("{exit}_{slot}"), true)]
+    let kind = |entry: &str, exit: &str| {
+        let (slot, has_return) =
+            planned.site.function_programs().expect("function hooks have programs");
+        let mut names = vec![(format!("{entry}_{slot}"), false)];
+        if has_return {
+            names.push((format!("{exit}_{slot}"), true));
         }
-        SiteId::Marker(Marker::DoExit) => vec![(format!("{entry}_do_exit"), false)],
-        SiteId::Marker(Marker::DoTaskDead) => vec![(format!("{entry}_do_task_dead"), false)],
-        SiteId::Marker(m) => unreachable!("marker {m:?} is not a function"),
+        names
     };
     match planned.how {
         How::Kprobe => kind("kprobe_enter", "kretprobe_exit"),

@@ -2,6 +2,7 @@
 
 mod cli;
 mod collect;
+mod deferred;
 mod exits;
 mod histogram;
 mod kernel;
@@ -13,6 +14,7 @@ mod profile;
 mod prog_stats;
 mod report;
 mod run;
+mod session;
 mod stages;
 mod workload;
 
@@ -49,7 +51,7 @@ fn main() -> ExitCode {
 
 fn print_plan(args: &cli::PlanArgs) -> anyhow::Result<()> {
     run::preflight()?;
-    let (facts, plan) = run::plan(args.probes.attach)?;
+    let (facts, plan) = run::plan(args.probes.attach, plan::Wants::default())?;
     let doc = PlanDocument::new(&facts, &plan);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);

@@ -60,11 +60,35 @@ impl fmt::Display for How {
     }
 }
 
-/// A probe site: a marker, or a function probed at entry and return.
+/// Deferred work an exit causes elsewhere, and the probes that observe it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Deferred {
+    /// The function that frees IPC namespaces: `free_ipc_ns` where it is a symbol, else its
+    /// caller, the `free_ipc` work item (or, before v5.7, `put_ipc_ns`).
+    FreeIpcNs,
+    /// `shm_exit_ns(ns)`: runs once per namespace freed, and names it.
+    ShmExitNs,
+    /// `synchronize_rcu`: the grace period a `free_ipc` run waits for.
+    SynchronizeRcu,
+    /// The parent's `release_task` of a zombie child.
+    Reap,
+    /// Tracepoint fallbacks for the `free_ipc` work item.
+    WorkqueueStart,
+    WorkqueueEnd,
+    /// Tracepoint fallback for `shm_exit_ns`: what a `free_ipc` run frees.
+    Kfree,
+    /// Tracepoint fallback for `Reap`: `wait4` returning a reaped child.
+    Wait4Return,
+    /// `sched_process_free`: the RCU callback that frees a task.
+    TaskFree,
+}
+
+/// A probe site: a marker, a function probed at entry and return, or a deferred-work probe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SiteId {
     Marker(Marker),
     Function(ExitFn),
+    Deferred(Deferred),
 }
 
 impl SiteId {
@@ -72,14 +96,41 @@ impl SiteId {
         match self {
             Self::Marker(m) => marker_name(m),
             Self::Function(f) => function_slot(f),
+            Self::Deferred(d) => match d {
+                Deferred::FreeIpcNs => "free_ipc_ns",
+                Deferred::ShmExitNs => "shm_exit_ns",
+                Deferred::SynchronizeRcu => "synchronize_rcu",
+                Deferred::Reap => "reap (parent's release_task)",
+                Deferred::WorkqueueStart => "workqueue_execute_start (free_ipc)",
+                Deferred::WorkqueueEnd => "workqueue_execute_end (free_ipc)",
+                Deferred::Kfree => "kfree (in free_ipc)",
+                Deferred::Wait4Return => "wait4 return (reap)",
+                Deferred::TaskFree => "sched_process_free",
+            },
         }
     }
 
-    /// The probe points this site produces.
+    /// The exit-path probe points this site produces (none for deferred work).
     pub fn points(self) -> Vec<Point> {
         match self {
             Self::Marker(m) => vec![Point::Marker(m)],
             Self::Function(f) => vec![Point::Enter(f), Point::Return(f)],
+            Self::Deferred(_) => Vec::new(),
+        }
+    }
+
+    /// For a function hook: the suffix of its eBPF program names, and whether it has a return
+    /// program too.
+    pub fn function_programs(self) -> Option<(&'static str, bool)> {
+        match self {
+            Self::Function(f) => Some((function_slot(f), true)),
+            Self::Marker(Marker::DoExit) => Some(("do_exit", false)),
+            Self::Marker(Marker::DoTaskDead) => Some(("do_task_dead", false)),
+            Self::Deferred(Deferred::FreeIpcNs) => Some(("free_ipc", true)),
+            Self::Deferred(Deferred::ShmExitNs) => Some(("shm_exit_ns", false)),
+            Self::Deferred(Deferred::SynchronizeRcu) => Some(("synchronize_rcu", true)),
+            Self::Deferred(Deferred::Reap) => Some(("reap", true)),
+            Self::Marker(_) | Self::Deferred(_) => None,
         }
     }
 }
@@ -99,45 +150,43 @@ enum Hook {
 struct Site {
     id: SiteId,
     hook: Hook,
-    /// Attached only when this function site is not: it marks a place inside it, and the
-    /// function's own probes measure it better.
+    /// Attached only when this site is not: a tracepoint standing in for a function probe, or
+    /// marking a place inside a function whose own probes measure it better.
     fallback_for: Option<SiteId>,
 }
 
-const fn function(f: ExitFn, candidates: &'static [&'static str]) -> Site {
-    Site { id: SiteId::Function(f), hook: Hook::Function(candidates), fallback_for: None }
+const fn site(id: SiteId, hook: Hook) -> Site {
+    Site { id, hook, fallback_for: None }
 }
 
-/// Every probe point exitprof knows, with its candidate attach targets across kernel versions.
+const fn function(f: ExitFn, candidates: &'static [&'static str]) -> Site {
+    site(SiteId::Function(f), Hook::Function(candidates))
+}
+
+const fn fallback(id: SiteId, hook: Hook, primary: SiteId) -> Site {
+    Site { id, hook, fallback_for: Some(primary) }
+}
+
+const DO_EXIT: SiteId = SiteId::Marker(Marker::DoExit);
+
+/// Every probe site exitprof knows, with its candidate attach targets across kernel versions.
 const SITES: &[Site] = &[
-    Site {
-        id: SiteId::Marker(Marker::DoExit),
-        hook: Hook::Function(&["do_exit"]),
-        fallback_for: None,
-    },
-    Site {
-        id: SiteId::Marker(Marker::SysEnterExit),
-        hook: Hook::Syscall("sys_enter_exit"),
-        fallback_for: Some(SiteId::Marker(Marker::DoExit)),
-    },
-    Site {
-        id: SiteId::Marker(Marker::SysEnterExitGroup),
-        hook: Hook::Syscall("sys_enter_exit_group"),
-        fallback_for: Some(SiteId::Marker(Marker::DoExit)),
-    },
-    Site {
-        id: SiteId::Marker(Marker::SignalDeliverKill),
-        hook: Hook::BtfTracepoint("signal_deliver"),
-        fallback_for: Some(SiteId::Marker(Marker::DoExit)),
-    },
+    site(DO_EXIT, Hook::Function(&["do_exit"])),
+    fallback(SiteId::Marker(Marker::SysEnterExit), Hook::Syscall("sys_enter_exit"), DO_EXIT),
+    fallback(
+        SiteId::Marker(Marker::SysEnterExitGroup),
+        Hook::Syscall("sys_enter_exit_group"),
+        DO_EXIT,
+    ),
+    fallback(
+        SiteId::Marker(Marker::SignalDeliverKill),
+        Hook::BtfTracepoint("signal_deliver"),
+        DO_EXIT,
+    ),
     function(ExitFn::ExitSignals, &["exit_signals"]),
     function(ExitFn::ExitItimers, &["exit_itimers"]),
     function(ExitFn::TaskstatsExit, &["taskstats_exit"]),
-    Site {
-        id: SiteId::Marker(Marker::SchedProcessExit),
-        hook: Hook::BtfTracepoint("sched_process_exit"),
-        fallback_for: None,
-    },
+    site(SiteId::Marker(Marker::SchedProcessExit), Hook::BtfTracepoint("sched_process_exit")),
     function(ExitFn::PerfEventExitTask, &["perf_event_exit_task"]),
     function(ExitFn::AcctProcess, &["acct_process"]),
     function(ExitFn::ExitSem, &["exit_sem"]),
@@ -151,26 +200,48 @@ const SITES: &[Site] = &[
     function(ExitFn::MqPutMnt, &["mq_put_mnt"]),
     function(ExitFn::TaskWorkRun, &["task_work_run"]),
     function(ExitFn::ExitThread, &["exit_thread"]),
-    Site {
-        id: SiteId::Marker(Marker::X86FpuDropped),
-        hook: Hook::BtfTracepoint("x86_fpu_dropped"),
-        fallback_for: Some(SiteId::Function(ExitFn::ExitThread)),
-    },
+    fallback(
+        SiteId::Marker(Marker::X86FpuDropped),
+        Hook::BtfTracepoint("x86_fpu_dropped"),
+        SiteId::Function(ExitFn::ExitThread),
+    ),
     // Renamed with the cgroup_task_{exit,release,free} series.
     function(ExitFn::CgroupExit, &["cgroup_exit", "cgroup_task_exit"]),
     function(ExitFn::ReleaseTask, &["release_task"]),
     function(ExitFn::ProcExitConnector, &["proc_exit_connector"]),
-    Site {
-        id: SiteId::Marker(Marker::DoTaskDead),
-        hook: Hook::Function(&["do_task_dead"]),
-        fallback_for: None,
-    },
-    Site {
-        id: SiteId::Marker(Marker::FinalSwitch),
-        hook: Hook::BtfTracepoint("sched_switch"),
-        fallback_for: None,
-    },
+    site(SiteId::Marker(Marker::DoTaskDead), Hook::Function(&["do_task_dead"])),
+    site(SiteId::Marker(Marker::FinalSwitch), Hook::BtfTracepoint("sched_switch")),
+    // Deferred work.
+    site(FREE_IPC_NS, Hook::Function(&["free_ipc_ns", "free_ipc", "put_ipc_ns"])),
+    fallback(
+        SiteId::Deferred(Deferred::WorkqueueStart),
+        Hook::BtfTracepoint("workqueue_execute_start"),
+        FREE_IPC_NS,
+    ),
+    fallback(
+        SiteId::Deferred(Deferred::WorkqueueEnd),
+        Hook::BtfTracepoint("workqueue_execute_end"),
+        FREE_IPC_NS,
+    ),
+    site(SHM_EXIT_NS, Hook::Function(&["shm_exit_ns"])),
+    fallback(SiteId::Deferred(Deferred::Kfree), Hook::BtfTracepoint("kfree"), SHM_EXIT_NS),
+    site(SiteId::Deferred(Deferred::SynchronizeRcu), Hook::Function(&["synchronize_rcu"])),
+    site(REAP, Hook::Function(&["release_task"])),
+    fallback(SiteId::Deferred(Deferred::Wait4Return), Hook::Syscall("sys_exit_wait4"), REAP),
+    site(SiteId::Deferred(Deferred::TaskFree), Hook::BtfTracepoint("sched_process_free")),
 ];
+
+const FREE_IPC_NS: SiteId = SiteId::Deferred(Deferred::FreeIpcNs);
+const SHM_EXIT_NS: SiteId = SiteId::Deferred(Deferred::ShmExitNs);
+const REAP: SiteId = SiteId::Deferred(Deferred::Reap);
+
+/// What the user wants beyond the exit path itself.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Wants {
+    /// Follow IPC namespace frees even where that costs a probe on every `kfree` of the machine
+    /// (tracepoint mode); worth it for IPC namespace storms only.
+    pub ipc_frees_via_kfree: bool,
+}
 
 /// One point of the resolved plan.
 #[derive(Clone, Debug, Serialize)]
@@ -216,7 +287,7 @@ pub enum PlanError {
 
 impl Plan {
     /// Resolves every site for the running kernel in the given mode.
-    pub fn resolve(facts: &KernelFacts, mode: AttachMode) -> Result<Self, PlanError> {
+    pub fn resolve(facts: &KernelFacts, mode: AttachMode, wants: Wants) -> Result<Self, PlanError> {
         match mode {
             AttachMode::Kprobe => facts.kprobes.clone().map_err(PlanError::NoKprobes)?,
             AttachMode::Fentry => facts.fentry.clone().map_err(PlanError::NoFentry)?,
@@ -225,6 +296,15 @@ impl Plan {
         let mut points = Vec::new();
         let mut unavailable = Vec::new();
         for site in SITES {
+            if site.id == SiteId::Deferred(Deferred::Kfree) && !wants.ipc_frees_via_kfree {
+                unavailable.push(Unplanned {
+                    point: site.id.name(),
+                    reason: "fires on every kfree of the machine: attached for the ipcns \
+                             workload only"
+                        .to_owned(),
+                });
+                continue;
+            }
             match resolve_site(facts, mode, site) {
                 Ok(planned) => points.push(planned),
                 Err(reason) => unavailable.push(Unplanned { point: site.id.name(), reason }),
@@ -255,6 +335,11 @@ impl Plan {
         Ok(plan)
     }
 
+    /// Whether every IPC namespace `free_ipc` frees is seen by name (`shm_exit_ns` probed).
+    pub fn sees_every_ipc_ns_free(&self) -> bool {
+        self.points.iter().any(|p| p.site == SHM_EXIT_NS)
+    }
+
     fn require(&self, what: &'static str, any_of: &[Marker]) -> Result<(), PlanError> {
         if self.points.iter().any(|p| any_of.iter().any(|m| p.site == SiteId::Marker(*m))) {
             return Ok(());
@@ -281,6 +366,13 @@ fn resolve_site(facts: &KernelFacts, mode: AttachMode, site: &Site) -> Result<Pl
     match site.hook {
         Hook::BtfTracepoint(name) => {
             let btf = facts.btf.as_ref().ok_or("kernel BTF is missing")?;
+            if matches!(
+                site.id,
+                SiteId::Deferred(Deferred::WorkqueueStart | Deferred::WorkqueueEnd)
+            ) && facts.kallsyms.address("free_ipc").is_none_or(|a| a == 0)
+            {
+                return Err("the address of free_ipc is not in kallsyms".to_owned());
+            }
             if btf.has_tracepoint(name) {
                 Ok(planned(How::BtfTracepoint, name, None))
             } else {

@@ -11,13 +11,15 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::{
     cli::{RunArgs, WorkloadKind},
-    collect::{self, ExitStream, KernelLosses},
+    collect::{self, KernelLosses, RecordStream},
+    deferred::DeferredWork,
     exits::Exit,
     kernel::{KernelFacts, tracefs},
     load::{self, LoadOptions},
-    plan::{AttachMode, Plan, Planned},
+    plan::{AttachMode, Plan, Planned, Wants},
     privileges,
     profile::Profile,
+    session::Session,
     workload::{self, ChildOutcome},
 };
 
@@ -31,6 +33,7 @@ pub struct RunOutcome {
     pub expected_exits: u64,
     pub child: ChildOutcome,
     pub profile: Profile,
+    pub deferred: DeferredWork,
     pub losses: Losses,
     /// The signal (SIGINT or SIGTERM) that cut the run short, if one did.
     pub interrupted: Option<i32>,
@@ -81,10 +84,10 @@ fn bump_memlock() {
 }
 
 /// Calibrates the kernel and resolves the probe plan.
-pub fn plan(mode: AttachMode) -> anyhow::Result<(KernelFacts, Plan)> {
+pub fn plan(mode: AttachMode, wants: Wants) -> anyhow::Result<(KernelFacts, Plan)> {
     let tracefs = tracefs::ensure_mounted()?;
     let facts = KernelFacts::calibrate(tracefs).context("calibrating kernel features")?;
-    let plan = Plan::resolve(&facts, mode)?;
+    let plan = Plan::resolve(&facts, mode, wants)?;
     Ok((facts, plan))
 }
 
@@ -92,16 +95,17 @@ pub fn plan(mode: AttachMode) -> anyhow::Result<(KernelFacts, Plan)> {
 pub async fn run(args: RunArgs) -> anyhow::Result<RunOutcome> {
     preflight()?;
     bump_memlock();
-    let (facts, plan) = plan(args.probes.attach)?;
-    let btf = facts.btf.as_ref().context("exitprof needs kernel BTF (CONFIG_DEBUG_INFO_BTF)")?;
+    let wants = Wants { ipc_frees_via_kfree: false };
+    let (facts, plan) = plan(args.probes.attach, wants)?;
     describe_attach(&plan.points);
     let options = LoadOptions {
         trace_all: false,
         ringbuf_bytes: args.ringbuf_bytes,
         kretprobe_maxactive: args.probes.kretprobe_maxactive,
     };
-    let mut probes = load::load_and_attach(&plan, btf, &facts.tracefs, options)?;
-    let mut stream = ExitStream::take(&mut probes.ebpf)?;
+    let mut probes = load::load_and_attach(&plan, &facts, options)?;
+    let mut exits = RecordStream::take(&mut probes.ebpf, "EXITS")?;
+    let mut deferred = RecordStream::take(&mut probes.ebpf, "DEFERRED")?;
 
     let expected_exits = workload::expectation(&args).exits;
     let gated = workload::spawn(&args)?;
@@ -114,20 +118,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<RunOutcome> {
     tokio::pin!(waiter);
     let mut interrupted = None;
 
-    let mut profile = Profile::new(&plan);
-    let mut undecodable = 0;
-    let mut take = |bytes: &[u8]| match Exit::decode(bytes) {
-        // The workload driver's own exit is not part of the storm it drives.
-        Ok(exit) if is_driver_exit(driver_kind, driver, &exit) => {}
-        Ok(exit) => profile.add(&exit),
-        Err(e) => {
-            undecodable += 1;
-            log::warn!("undecodable exit record: {e}");
-        }
-    };
+    // The workload driver's own exit is not part of the storm it drives.
+    let mut session = Session::new(&plan, move |exit| is_driver_exit(driver_kind, driver, exit));
     let child = loop {
         tokio::select! {
-            batch = stream.next_batch(&mut take) => { batch?; }
+            ready = exits.ready() => { ready?; exits.drain(|b| session.exit_record(b)); }
+            ready = deferred.ready() => { ready?; deferred.drain(|b| session.deferred_record(b)); }
             outcome = &mut waiter => break outcome.context("workload waiter panicked")??,
             signal = signals.next(), if interrupted.is_none() => {
                 eprintln!("exitprof: {}: stopping the workload; partial results follow", signal_name(signal));
@@ -136,25 +132,31 @@ pub async fn run(args: RunArgs) -> anyhow::Result<RunOutcome> {
             }
         }
     };
-    // The workload is reaped, but its last threads may not have switched out for good yet.
+    // The workload is reaped, but its last threads may not have switched out for good yet, and
+    // deferred work (RCU callbacks, the free_ipc kworker) runs later still.
     let tgids = HashSet::from([driver]);
     let settle_start = Instant::now();
-    while collect::in_progress(&probes.ebpf, &tgids)? > 0 && settle_start.elapsed() < SETTLE_TIMEOUT
-    {
-        stream.drain(&mut take);
+    loop {
+        exits.drain(|b| session.exit_record(b));
+        deferred.drain(|b| session.deferred_record(b));
+        let settled = collect::in_progress(&probes.ebpf, &tgids)? == 0
+            && session.deferred.awaiting_task_free() == 0;
+        if settled || settle_start.elapsed() >= SETTLE_TIMEOUT {
+            break;
+        }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    stream.drain(&mut take);
     let unfinished = collect::in_progress(&probes.ebpf, &tgids)? as u64;
     let kernel = KernelLosses::read(&probes.ebpf)?;
     let probe_misses = probes.misses()?;
     let detach_start = Instant::now();
-    drop(stream);
+    drop((exits, deferred));
     drop(probes);
     log::info!("detached in {} ms", detach_start.elapsed().as_millis());
 
+    let Session { profile, deferred, undecodable, .. } = session;
     let losses = Losses { kernel, undecodable, unfinished, hits: profile.lost_hits, probe_misses };
-    Ok(RunOutcome { plan, args, expected_exits, child, profile, losses, interrupted })
+    Ok(RunOutcome { plan, args, expected_exits, child, profile, deferred, losses, interrupted })
 }
 
 /// SIGINT and SIGTERM, which end a run early but still report it.

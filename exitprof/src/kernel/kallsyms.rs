@@ -40,6 +40,11 @@ impl Kallsyms {
         self.functions.contains_key(name)
     }
 
+    /// Address of a function; 0 when kallsyms hides addresses (`kptr_restrict`).
+    pub fn address(&self, name: &str) -> Option<u64> {
+        self.functions.get(name).copied()
+    }
+
     /// Compiler clones of a function (`name.isra.0`, `name.constprop.0`, ...), which are not the
     /// function itself.
     pub fn clones_of(&self, name: &str) -> Vec<&str> {
@@ -69,6 +74,7 @@ ffffffffc0000000 t some_fn\t[some_module]
         assert!(k.has_function("free_ipc"));
         assert!(k.has_function("put_ipc_ns"));
         assert!(k.has_function("some_fn"));
+        assert_eq!(k.address("free_ipc"), Some(0xffffffff81aac9e0));
         assert!(!k.has_function("init_ipc_ns"), "data symbols are not functions");
         assert!(!k.has_function("free_ipc_ns"));
         assert_eq!(k.clones_of("free_ipc_ns"), ["free_ipc_ns.isra.0"]);

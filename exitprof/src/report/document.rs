@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use crate::{
     cli::{ThreadsParams, WorkloadKind},
+    deferred::DeferredReport,
     histogram::Summary,
     plan::{AttachMode, Planned, Unplanned},
     profile::StageRow,
@@ -30,6 +31,8 @@ pub struct RunDocument {
     pub exit_rate: f64,
     /// The whole exit first (named `exit`), then each stage in kernel order.
     pub stages: Vec<StageDoc>,
+    /// Work the exits caused in other contexts, joined back to them.
+    pub deferred: DeferredReport,
     pub probes: Vec<Planned>,
     pub unavailable: Vec<Unplanned>,
 }
@@ -104,6 +107,7 @@ impl RunDocument {
             sys_s: run.child.sys.as_secs_f64(),
             exit_rate: if elapsed_s > 0.0 { run.expected_exits as f64 / elapsed_s } else { 0.0 },
             stages,
+            deferred: run.deferred.report(),
             probes: run.plan.points.clone(),
             unavailable: run.plan.unavailable.clone(),
         }

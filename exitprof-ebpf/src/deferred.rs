@@ -1,0 +1,260 @@
+//! Deferred work an exit causes in other contexts, recorded where it runs.
+//!
+//! - IPC namespace teardown: since v5.7 `put_ipc_ns` hands the last reference to the `free_ipc`
+//!   work item; since v6.3 each run frees a batch after one `synchronize_rcu`. `free_ipc_ns` is
+//!   inlined into `free_ipc` on current kernels; `shm_exit_ns(ns)` runs once per namespace inside
+//!   it and names the namespace.
+//! - reaping: a parent's `release_task` of a zombie child.
+//! - the final free: `sched_process_free`, from the RCU callback `delayed_put_task_struct`.
+
+use aya_ebpf::{
+    macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map, tracepoint},
+    maps::HashMap,
+    programs::{
+        BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext,
+        TracePointContext,
+    },
+};
+use exitprof_common::{
+    counters,
+    deferred::{DeferredKind, DeferredRecord},
+};
+
+use crate::{
+    exit_state::is_target,
+    helpers::{current_pid, now_ns, read_at},
+    maps::{
+        DEFERRED, FREE_IPC_ADDR, TASK_PID_OFFSET, TASK_TGID_OFFSET, WORK_FUNC_OFFSET, count_loss,
+    },
+};
+
+/// A `free_ipc` run in progress, keyed by the kworker's pid.
+#[derive(Clone, Copy)]
+struct IpcRun {
+    start_ns: u64,
+    rcu_since_ns: u64,
+    rcu_ns: u64,
+}
+
+#[map]
+static IPC_RUNS: HashMap<u32, IpcRun> = HashMap::with_max_entries(256, 0);
+
+/// Parents inside `release_task` of a tracked child: parent pid -> (child pid, start).
+#[map]
+static REAPING: HashMap<u32, (u32, u64)> = HashMap::with_max_entries(4096, 0);
+
+fn emit(kind: DeferredKind, start_ns: u64, end_ns: u64, object: u64, wait_ns: u64) {
+    let record =
+        DeferredRecord { kind: kind as u32, pid: current_pid(), start_ns, end_ns, object, wait_ns };
+    if DEFERRED.output::<DeferredRecord>(record, 0).is_err() {
+        count_loss(counters::DEFERRED_RINGBUF_FULL);
+    }
+}
+
+fn open_ipc_run() {
+    let run = IpcRun { start_ns: now_ns(), rcu_since_ns: 0, rcu_ns: 0 };
+    let _ = IPC_RUNS.insert(current_pid(), run, 0);
+}
+
+fn close_ipc_run() {
+    let pid = current_pid();
+    // SAFETY: the entry belongs to the current task.
+    if let Some(run) = unsafe { IPC_RUNS.get(pid) } {
+        emit(DeferredKind::IpcFreeRun, run.start_ns, now_ns(), 0, run.rcu_ns);
+        let _ = IPC_RUNS.remove(pid);
+    }
+}
+
+/// Inside a `free_ipc` run, one namespace (`ns`) is being freed.
+fn ipc_ns_freed(ns: u64) {
+    // SAFETY: the entry belongs to the current task.
+    if let Some(run) = unsafe { IPC_RUNS.get(current_pid()) } {
+        emit(DeferredKind::IpcNsFreed, run.start_ns, now_ns(), ns, 0);
+    }
+}
+
+fn rcu_wait(entering: bool) {
+    if let Some(run) = IPC_RUNS.get_ptr_mut(current_pid()) {
+        // SAFETY: the entry belongs to the current task.
+        let run = unsafe { &mut *run };
+        let now = now_ns();
+        if entering {
+            run.rcu_since_ns = now;
+        } else if run.rcu_since_ns != 0 {
+            run.rcu_ns += now - run.rcu_since_ns;
+            run.rcu_since_ns = 0;
+        }
+    }
+}
+
+/// `static void free_ipc(struct work_struct *unused)`.
+#[kprobe]
+pub fn kprobe_enter_free_ipc(_ctx: ProbeContext) -> u32 {
+    open_ipc_run();
+    0
+}
+
+#[kretprobe]
+pub fn kretprobe_exit_free_ipc(_ctx: RetProbeContext) -> u32 {
+    close_ipc_run();
+    0
+}
+
+#[fentry]
+pub fn fentry_enter_free_ipc(_ctx: FEntryContext) -> u32 {
+    open_ipc_run();
+    0
+}
+
+#[fexit]
+pub fn fexit_exit_free_ipc(_ctx: FExitContext) -> u32 {
+    close_ipc_run();
+    0
+}
+
+/// `void shm_exit_ns(struct ipc_namespace *ns)`, once per namespace in `free_ipc_ns`.
+#[kprobe]
+pub fn kprobe_enter_shm_exit_ns(ctx: ProbeContext) -> u32 {
+    if let Some(ns) = ctx.arg::<u64>(0) {
+        ipc_ns_freed(ns);
+    }
+    0
+}
+
+#[fentry]
+pub fn fentry_enter_shm_exit_ns(ctx: FEntryContext) -> u32 {
+    ipc_ns_freed(ctx.arg::<u64>(0));
+    0
+}
+
+/// `void synchronize_rcu(void)`: the grace period a `free_ipc` run waits for.
+#[kprobe]
+pub fn kprobe_enter_synchronize_rcu(_ctx: ProbeContext) -> u32 {
+    rcu_wait(true);
+    0
+}
+
+#[kretprobe]
+pub fn kretprobe_exit_synchronize_rcu(_ctx: RetProbeContext) -> u32 {
+    rcu_wait(false);
+    0
+}
+
+#[fentry]
+pub fn fentry_enter_synchronize_rcu(_ctx: FEntryContext) -> u32 {
+    rcu_wait(true);
+    0
+}
+
+#[fexit]
+pub fn fexit_exit_synchronize_rcu(_ctx: FExitContext) -> u32 {
+    rcu_wait(false);
+    0
+}
+
+/// `workqueue_execute_start(struct work_struct *work)`: in tracepoint mode, a run of the work
+/// item whose function is `free_ipc` (address from kallsyms).
+#[btf_tracepoint]
+pub fn workqueue_execute_start(ctx: BtfTracePointContext) -> i32 {
+    let work: *const u8 = ctx.arg(0);
+    if read_at::<u64>(work, WORK_FUNC_OFFSET.load()) == Some(FREE_IPC_ADDR.load()) {
+        open_ipc_run();
+    }
+    0
+}
+
+/// `workqueue_execute_end(struct work_struct *work, work_func_t function)`: a kworker runs one
+/// work item at a time, so the end after a `free_ipc` start is that run's end. (The verifier
+/// does not let a BTF tracepoint read `function`, a pointer to a function prototype.)
+#[btf_tracepoint]
+pub fn workqueue_execute_end(_ctx: BtfTracePointContext) -> i32 {
+    close_ipc_run();
+    0
+}
+
+/// `kfree(unsigned long call_site, const void *ptr)`: in tracepoint mode, what a `free_ipc` run
+/// frees; userspace keeps the pointers that were an exiting task's IPC namespace.
+#[btf_tracepoint]
+pub fn kfree(ctx: BtfTracePointContext) -> i32 {
+    ipc_ns_freed(ctx.arg(1));
+    0
+}
+
+/// A parent enters `release_task(struct task_struct *p)` for a tracked child that is not itself
+/// (threads release themselves at the end of their exit).
+fn reap_start(task: *const u8) {
+    let Some(child) = read_at::<u32>(task, TASK_PID_OFFSET.load()) else { return };
+    let Some(child_tgid) = read_at::<u32>(task, TASK_TGID_OFFSET.load()) else { return };
+    let parent = current_pid();
+    if child == parent || !is_target(child_tgid) {
+        return;
+    }
+    let _ = REAPING.insert(parent, (child, now_ns()), 0);
+}
+
+fn reap_end() {
+    let parent = current_pid();
+    // SAFETY: the entry belongs to the current task.
+    if let Some(&(child, start)) = unsafe { REAPING.get(parent) } {
+        emit(DeferredKind::Reap, start, now_ns(), u64::from(child), 0);
+        let _ = REAPING.remove(parent);
+    }
+}
+
+#[kprobe]
+pub fn kprobe_enter_reap(ctx: ProbeContext) -> u32 {
+    if let Some(task) = ctx.arg::<*const u8>(0) {
+        reap_start(task);
+    }
+    0
+}
+
+#[kretprobe]
+pub fn kretprobe_exit_reap(_ctx: RetProbeContext) -> u32 {
+    reap_end();
+    0
+}
+
+#[fentry]
+pub fn fentry_enter_reap(ctx: FEntryContext) -> u32 {
+    reap_start(ctx.arg(0));
+    0
+}
+
+#[fexit]
+pub fn fexit_exit_reap(_ctx: FExitContext) -> u32 {
+    reap_end();
+    0
+}
+
+/// `syscalls:sys_exit_wait4`: in tracepoint mode, the moment a parent has reaped a child (the
+/// syscall returns the child's pid).
+#[tracepoint]
+pub fn sys_exit_wait4(ctx: TracePointContext) -> u32 {
+    // Field `long ret` at offset 16 (after the common header and `__syscall_nr`), stable across
+    // kernels for syscall exit events.
+    // SAFETY: a bounded read of the tracepoint record.
+    let ret: i64 = unsafe { ctx.read_at(16) }.unwrap_or(-1);
+    if ret > 0 && is_target(ret as u32) {
+        let now = now_ns();
+        emit(DeferredKind::Reap, now, now, ret as u64, 0);
+    }
+    0
+}
+
+/// `sched_process_free(struct task_struct *p)`, from the RCU callback that frees a task.
+#[btf_tracepoint]
+pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
+    let task: *const u8 = ctx.arg(0);
+    let (Some(pid), Some(tgid)) = (
+        read_at::<u32>(task, TASK_PID_OFFSET.load()),
+        read_at::<u32>(task, TASK_TGID_OFFSET.load()),
+    ) else {
+        return 0;
+    };
+    if is_target(tgid) {
+        let now = now_ns();
+        emit(DeferredKind::TaskFreed, now, now, u64::from(pid), 0);
+    }
+    0
+}

@@ -1,0 +1,225 @@
+//! Deferred work joined back to the exits that caused it: IPC namespace teardown in the
+//! `free_ipc` kworker, the parent's reap of a zombie, and the RCU-deferred free of the task.
+//!
+//! Exit records and deferred records come through different ring buffers, in either order; each
+//! side waits in a small map for the other, keyed by pid or namespace address, and leaves it as
+//! soon as it is joined, so memory stays bounded by the work in flight.
+
+use std::collections::{BTreeMap, HashMap};
+
+use exitprof_common::deferred::{DeferredKind, DeferredRecord};
+use serde::Serialize;
+
+use crate::{
+    exits::Exit,
+    histogram::{Latency, Summary},
+};
+
+/// Everything deferred that was seen, and how it joined.
+#[derive(Default)]
+pub struct DeferredWork {
+    /// Whether every namespace freed is seen by name (`shm_exit_ns`); in tracepoint mode only
+    /// the namespaces of recorded exits are recognised among `free_ipc`'s kfrees.
+    exact_ns_frees: bool,
+    ipc_runs: Latency,
+    ipc_rcu_wait: Latency,
+    /// Namespaces freed per `free_ipc` run, keyed by the run's start.
+    ipc_batches: BTreeMap<u64, u64>,
+    ipc_exit_to_free: Latency,
+    reap_cost: Latency,
+    exit_to_reap: Latency,
+    reaped_before_exit_end: u64,
+    exit_to_task_free: Latency,
+    namespaces_freed: u64,
+    namespaces_joined: u64,
+    /// Namespace address -> end of the latest exit seen in it.
+    exits_by_ns: HashMap<u64, u64>,
+    /// Namespaces freed before their exit's record arrived: address -> (run start, free time).
+    early_ns_frees: HashMap<u64, (u64, u64)>,
+    /// Leader exits waiting for their reap, and reaps waiting for their exit: pid -> times.
+    awaiting_reap: HashMap<u32, u64>,
+    early_reaps: HashMap<u32, (u64, u64)>,
+    awaiting_free: HashMap<u32, u64>,
+    early_frees: HashMap<u32, u64>,
+}
+
+impl DeferredWork {
+    pub fn new(exact_ns_frees: bool) -> Self {
+        Self { exact_ns_frees, ..Self::default() }
+    }
+
+    /// An exit was recorded: remember what deferred work can be joined to it.
+    pub fn exit(&mut self, exit: &Exit) {
+        let end = exit.end_ns();
+        if exit.ipc_ns != 0 {
+            if let Some((run, freed)) = self.early_ns_frees.remove(&exit.ipc_ns) {
+                self.join_ns_free(run, end, freed);
+            } else {
+                self.exits_by_ns.insert(exit.ipc_ns, end);
+            }
+        }
+        if exit.pid == exit.tgid {
+            match self.early_reaps.remove(&exit.pid) {
+                Some((start, reaped)) => self.join_reap(end, start, reaped),
+                None => {
+                    self.awaiting_reap.insert(exit.pid, end);
+                }
+            }
+        }
+        match self.early_frees.remove(&exit.pid) {
+            Some(freed) => self.exit_to_task_free.record(freed.saturating_sub(end), 0),
+            None => {
+                self.awaiting_free.insert(exit.pid, end);
+            }
+        }
+    }
+
+    /// A deferred-work record arrived.
+    pub fn record(&mut self, r: &DeferredRecord) {
+        match DeferredKind::from_u32(r.kind) {
+            Some(DeferredKind::IpcFreeRun) => {
+                self.ipc_runs.record(r.end_ns.saturating_sub(r.start_ns), 0);
+                self.ipc_rcu_wait.record(r.wait_ns, r.wait_ns);
+                self.ipc_batches.entry(r.start_ns).or_default();
+            }
+            Some(DeferredKind::IpcNsFreed) => {
+                if self.exact_ns_frees {
+                    self.namespaces_freed += 1;
+                    *self.ipc_batches.entry(r.start_ns).or_default() += 1;
+                }
+                match self.exits_by_ns.remove(&r.object) {
+                    Some(exit_end) => self.join_ns_free(r.start_ns, exit_end, r.end_ns),
+                    // Without exact frees, most of a run's kfrees are not namespaces at all.
+                    None if self.exact_ns_frees => {
+                        self.early_ns_frees.insert(r.object, (r.start_ns, r.end_ns));
+                    }
+                    None => {}
+                }
+            }
+            Some(DeferredKind::Reap) => {
+                let pid = r.object as u32;
+                match self.awaiting_reap.remove(&pid) {
+                    Some(exit_end) => self.join_reap(exit_end, r.start_ns, r.end_ns),
+                    None => {
+                        self.early_reaps.insert(pid, (r.start_ns, r.end_ns));
+                    }
+                }
+            }
+            Some(DeferredKind::TaskFreed) => {
+                let pid = r.object as u32;
+                match self.awaiting_free.remove(&pid) {
+                    Some(exit_end) => {
+                        self.exit_to_task_free.record(r.start_ns.saturating_sub(exit_end), 0)
+                    }
+                    None => {
+                        self.early_frees.insert(pid, r.start_ns);
+                    }
+                }
+            }
+            None => log::warn!("unknown deferred-work record kind {}", r.kind),
+        }
+    }
+
+    fn join_ns_free(&mut self, run_start: u64, exit_end: u64, freed: u64) {
+        self.namespaces_joined += 1;
+        if !self.exact_ns_frees {
+            self.namespaces_freed += 1;
+            *self.ipc_batches.entry(run_start).or_default() += 1;
+        }
+        self.ipc_exit_to_free.record(freed.saturating_sub(exit_end), 0);
+    }
+
+    fn join_reap(&mut self, exit_end: u64, start: u64, reaped: u64) {
+        if start != reaped {
+            self.reap_cost.record(reaped - start, 0);
+        }
+        // The parent may reap a zombie before the child's final switch-out (it is a zombie from
+        // exit_notify on): that is counted, not recorded as a negative delay.
+        match reaped.checked_sub(exit_end) {
+            Some(delay) => self.exit_to_reap.record(delay, 0),
+            None => self.reaped_before_exit_end += 1,
+        }
+    }
+
+    /// Exits still waiting for their task to be freed.
+    pub fn awaiting_task_free(&self) -> usize {
+        self.awaiting_free.len()
+    }
+
+    pub fn report(&self) -> DeferredReport {
+        let batches: Vec<u64> = self.ipc_batches.values().copied().collect();
+        let per_run = |f: fn(&[u64]) -> u64| if batches.is_empty() { 0 } else { f(&batches) };
+        DeferredReport {
+            ipc: IpcReport {
+                runs: batches.len() as u64,
+                namespaces_freed: self.namespaces_freed,
+                namespaces_joined: self.namespaces_joined,
+                every_namespace_seen: self.exact_ns_frees,
+                max_per_run: per_run(|b| b.iter().copied().max().unwrap_or(0)),
+                mean_per_run: if batches.is_empty() {
+                    0.0
+                } else {
+                    batches.iter().sum::<u64>() as f64 / batches.len() as f64
+                },
+                run_ns: self.ipc_runs.summary(),
+                rcu_wait_ns: self.ipc_rcu_wait.summary(),
+                exit_to_free_ns: self.ipc_exit_to_free.summary(),
+            },
+            reap: ReapReport {
+                release_task_ns: self.reap_cost.summary(),
+                exit_to_reap_ns: self.exit_to_reap.summary(),
+                reaped_before_exit_end: self.reaped_before_exit_end,
+            },
+            task_free: TaskFreeReport {
+                exit_to_free_ns: self.exit_to_task_free.summary(),
+                not_freed_yet: self.awaiting_free.len() as u64,
+            },
+        }
+    }
+}
+
+/// Deferred work, summarised.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeferredReport {
+    pub ipc: IpcReport,
+    pub reap: ReapReport,
+    pub task_free: TaskFreeReport,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct IpcReport {
+    /// `free_ipc` runs seen.
+    pub runs: u64,
+    /// Namespaces those runs freed (in tracepoint mode: those of recorded exits).
+    pub namespaces_freed: u64,
+    /// Namespaces freed that belonged to recorded exits.
+    pub namespaces_joined: u64,
+    /// Whether every namespace freed was seen (`shm_exit_ns` probed), or only the workload's.
+    pub every_namespace_seen: bool,
+    pub mean_per_run: f64,
+    pub max_per_run: u64,
+    /// Duration of each run.
+    pub run_ns: Summary,
+    /// Time each run waited in `synchronize_rcu` (zero where it cannot be probed).
+    pub rcu_wait_ns: Summary,
+    /// From the end of an exit to its namespace being freed.
+    pub exit_to_free_ns: Summary,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ReapReport {
+    /// The parent's `release_task` of each zombie (kprobe/fentry modes).
+    pub release_task_ns: Summary,
+    /// From the end of an exit to the parent reaping it.
+    pub exit_to_reap_ns: Summary,
+    /// Zombies reaped before their final switch-out (no delay to measure).
+    pub reaped_before_exit_end: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TaskFreeReport {
+    /// From the end of an exit to `sched_process_free` (the RCU callback freeing the task).
+    pub exit_to_free_ns: Summary,
+    /// Exits whose task was not freed by the end of the run.
+    pub not_freed_yet: u64,
+}
