@@ -442,3 +442,118 @@ fn pick_symbol(
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::{btf::KernelBtf, kallsyms::Kallsyms, version::KernelVersion};
+
+    /// Kernel facts from a captured kallsyms, with the running kernel's BTF (real type data).
+    fn facts(kallsyms: &str, kprobes: bool, fentry: bool) -> KernelFacts {
+        let no = |what: &str| Err(format!("no {what} here"));
+        KernelFacts {
+            tracefs: "/sys/kernel/tracing".into(),
+            release: "6.12.117+deb12-amd64".into(),
+            version: KernelVersion::new(6, 12, 117),
+            kprobes: if kprobes { Ok(()) } else { no("kprobes") },
+            fentry: if fentry { Ok(()) } else { no("fentry") },
+            btf: Some(KernelBtf::load().expect("this machine has kernel BTF")),
+            kallsyms: Kallsyms::parse(kallsyms.as_bytes()).unwrap(),
+            ftrace_functions: None,
+            kprobe_blacklist: HashSet::new(),
+        }
+    }
+
+    /// Function symbols of a 6.12 kernel on the exit path (free_ipc_ns is inlined there).
+    const KALLSYMS_6_12: &str = "\
+ffffffff81000010 T do_exit
+ffffffff81000020 T exit_signals
+ffffffff81000030 T taskstats_exit
+ffffffff81000040 T exit_files
+ffffffff81000050 T exit_task_namespaces
+ffffffff81000060 T put_ipc_ns
+ffffffff81000070 t free_ipc
+ffffffff81000080 T shm_exit_ns
+ffffffff81000090 T do_task_dead
+ffffffff810000a0 T release_task
+";
+
+    fn how(plan: &Plan, site: SiteId) -> Option<(How, &str)> {
+        plan.points.iter().find(|p| p.site == site).map(|p| (p.how, p.target.as_str()))
+    }
+
+    #[test]
+    fn free_ipc_ns_resolves_to_its_caller_where_inlined() {
+        let plan =
+            Plan::resolve(&facts(KALLSYMS_6_12, true, false), AttachMode::Kprobe, Wants::default())
+                .unwrap();
+        let planned = plan.points.iter().find(|p| p.site == FREE_IPC_NS).unwrap();
+        assert_eq!((planned.how, planned.target.as_str()), (How::Kprobe, "free_ipc"));
+        assert_eq!(planned.note.as_deref(), Some("free_ipc_ns is not a symbol on this kernel"));
+    }
+
+    #[test]
+    fn kprobe_mode_probes_functions_and_keeps_tracepoints_for_markers() {
+        let plan =
+            Plan::resolve(&facts(KALLSYMS_6_12, true, false), AttachMode::Kprobe, Wants::default())
+                .unwrap();
+        assert_eq!(how(&plan, DO_EXIT), Some((How::Kprobe, "do_exit")));
+        assert_eq!(
+            how(&plan, SiteId::Function(ExitFn::TaskstatsExit)),
+            Some((How::Kprobe, "taskstats_exit"))
+        );
+        assert_eq!(
+            how(&plan, SiteId::Marker(Marker::FinalSwitch)),
+            Some((How::BtfTracepoint, "sched_switch"))
+        );
+        // do_exit is probed, so the syscall tracepoints that stand in for it are not.
+        assert_eq!(how(&plan, SiteId::Marker(Marker::SysEnterExit)), None);
+        // Not a symbol in the captured kallsyms.
+        assert_eq!(how(&plan, SiteId::Function(ExitFn::ExitSem)), None);
+        assert!(
+            plan.unavailable
+                .iter()
+                .any(|u| u.point == "exit_sem" && u.reason.contains("not a symbol"))
+        );
+    }
+
+    #[test]
+    fn auto_prefers_fentry_and_tracepoint_mode_uses_no_functions() {
+        let auto =
+            Plan::resolve(&facts(KALLSYMS_6_12, true, true), AttachMode::Auto, Wants::default())
+                .unwrap();
+        // The BTF is the running kernel's: do_exit is in every kernel's BTF.
+        assert_eq!(how(&auto, DO_EXIT), Some((How::Fentry, "do_exit")));
+        let tp = Plan::resolve(
+            &facts(KALLSYMS_6_12, true, true),
+            AttachMode::Tracepoint,
+            Wants::default(),
+        )
+        .unwrap();
+        assert!(tp.points.iter().all(|p| matches!(p.how, How::Tracepoint | How::BtfTracepoint)));
+        assert_eq!(
+            how(&tp, SiteId::Marker(Marker::SysEnterExit)),
+            Some((How::Tracepoint, "syscalls:sys_enter_exit"))
+        );
+    }
+
+    #[test]
+    fn forced_modes_the_kernel_lacks_fail_with_advice() {
+        let facts = facts(KALLSYMS_6_12, false, false);
+        let err = Plan::resolve(&facts, AttachMode::Kprobe, Wants::default()).unwrap_err();
+        assert!(err.to_string().contains("use --attach tracepoint"), "{err}");
+        let err = Plan::resolve(&facts, AttachMode::Fentry, Wants::default()).unwrap_err();
+        assert!(err.to_string().contains("--attach kprobe or --attach tracepoint"), "{err}");
+    }
+
+    #[test]
+    fn kfree_is_attached_only_when_wanted() {
+        let facts = facts(KALLSYMS_6_12, false, false);
+        let kfree = SiteId::Deferred(Deferred::Kfree);
+        let without = Plan::resolve(&facts, AttachMode::Auto, Wants::default()).unwrap();
+        assert_eq!(how(&without, kfree), None);
+        let with =
+            Plan::resolve(&facts, AttachMode::Auto, Wants { ipc_frees_via_kfree: true }).unwrap();
+        assert_eq!(how(&with, kfree), Some((How::BtfTracepoint, "kfree")));
+    }
+}

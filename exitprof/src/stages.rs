@@ -158,3 +158,191 @@ impl StageNamer {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use exitprof_common::point::Marker;
+
+    use super::*;
+    use crate::{
+        exits::PointHit,
+        kernel::version::KernelVersion,
+        plan::{AttachMode, How, Planned, SiteId},
+    };
+
+    /// A plan with the given sites attached, as the resolver would produce it.
+    pub(crate) fn plan(version: KernelVersion, sites: &[(SiteId, How, &str)]) -> Plan {
+        Plan {
+            kernel: version.to_string(),
+            mode: AttachMode::Auto,
+            points: sites
+                .iter()
+                .map(|&(site, how, target)| Planned {
+                    site,
+                    point: site.name(),
+                    how,
+                    target: target.to_owned(),
+                    note: None,
+                })
+                .collect(),
+            unavailable: Vec::new(),
+            exit_path: ExitPath::for_kernel(version),
+        }
+    }
+
+    fn exit(hits: &[(Point, u64, u64)]) -> Exit {
+        Exit {
+            pid: 2,
+            tgid: 1,
+            flags: 0,
+            lost_hits: 0,
+            cpu: 0,
+            ipc_ns: 0,
+            hits: hits
+                .iter()
+                .map(|&(point, ts_ns, off_cpu_ns)| PointHit { point, ts_ns, off_cpu_ns })
+                .collect(),
+        }
+    }
+
+    fn named(namer: &StageNamer, spans: &[Span]) -> Vec<(String, u64, u64)> {
+        spans.iter().map(|s| (namer.stages()[s.stage].name.clone(), s.ns, s.off_cpu_ns)).collect()
+    }
+
+    const SPE: Point = Point::Marker(Marker::SchedProcessExit);
+    const FPU: Point = Point::Marker(Marker::X86FpuDropped);
+    const END: Point = Point::Marker(Marker::FinalSwitch);
+
+    #[test]
+    fn tracepoint_mode_gaps_are_named_after_the_work_between() {
+        let plan = plan(
+            KernelVersion::new(6, 18, 0),
+            &[
+                (SiteId::Marker(Marker::SysEnterExit), How::Tracepoint, "syscalls:sys_enter_exit"),
+                (
+                    SiteId::Marker(Marker::SchedProcessExit),
+                    How::BtfTracepoint,
+                    "sched_process_exit",
+                ),
+                (SiteId::Marker(Marker::X86FpuDropped), How::BtfTracepoint, "x86_fpu_dropped"),
+                (SiteId::Marker(Marker::FinalSwitch), How::BtfTracepoint, "sched_switch"),
+            ],
+        );
+        let mut namer = StageNamer::new(&plan);
+        let e = exit(&[
+            (Point::Marker(Marker::SysEnterExit), 100, 0),
+            (SPE, 1_100, 0),
+            (FPU, 2_000, 0),
+            (END, 6_000, 3_000),
+        ]);
+        let spans = namer.spans(&e);
+        assert_eq!(
+            named(&namer, &spans),
+            [
+                ("do_exit…taskstats_exit".to_owned(), 1_000, 0),
+                ("perf_event_exit_task…exit_thread".to_owned(), 900, 0),
+                ("sched_autogroup_exit_task…__schedule".to_owned(), 4_000, 3_000),
+            ]
+        );
+        assert_eq!(spans.iter().map(|s| s.ns).sum::<u64>(), e.duration_ns());
+        let covers = &namer.stages()[spans[0].stage].covers;
+        assert_eq!(
+            covers,
+            &[
+                "do_exit",
+                "synchronize_group_exit",
+                "exit_signals",
+                "exit_itimers",
+                "acct_collect",
+                "taskstats_exit"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_missing_conditional_marker_makes_a_wider_gap() {
+        let plan = plan(
+            KernelVersion::new(6, 18, 0),
+            &[
+                (
+                    SiteId::Marker(Marker::SchedProcessExit),
+                    How::BtfTracepoint,
+                    "sched_process_exit",
+                ),
+                (SiteId::Marker(Marker::X86FpuDropped), How::BtfTracepoint, "x86_fpu_dropped"),
+                (SiteId::Marker(Marker::FinalSwitch), How::BtfTracepoint, "sched_switch"),
+            ],
+        );
+        let mut namer = StageNamer::new(&plan);
+        let spans = namer.spans(&exit(&[(SPE, 0, 0), (END, 500, 100)]));
+        assert_eq!(
+            named(&namer, &spans),
+            [("perf_event_exit_task…__schedule".to_owned(), 500, 100)]
+        );
+    }
+
+    #[test]
+    fn functions_take_their_own_time_and_nested_calls_theirs() {
+        let f = |f: ExitFn, symbol: &'static str| (SiteId::Function(f), How::Kprobe, symbol);
+        let plan = plan(
+            KernelVersion::new(6, 1, 0),
+            &[
+                (SiteId::Marker(Marker::DoExit), How::Kprobe, "do_exit"),
+                f(ExitFn::ExitFs, "exit_fs"),
+                f(ExitFn::ExitTaskNamespaces, "exit_task_namespaces"),
+                f(ExitFn::PutIpcNs, "put_ipc_ns"),
+                f(ExitFn::TaskWorkRun, "task_work_run"),
+                (SiteId::Marker(Marker::FinalSwitch), How::BtfTracepoint, "sched_switch"),
+            ],
+        );
+        let mut namer = StageNamer::new(&plan);
+        let e = exit(&[
+            (Point::Marker(Marker::DoExit), 0, 0),
+            (Point::Enter(ExitFn::ExitFs), 10, 0),
+            (Point::Return(ExitFn::ExitFs), 20, 0),
+            (Point::Enter(ExitFn::ExitTaskNamespaces), 25, 0),
+            (Point::Enter(ExitFn::PutIpcNs), 30, 0),
+            (Point::Return(ExitFn::PutIpcNs), 50, 0),
+            (Point::Return(ExitFn::ExitTaskNamespaces), 55, 0),
+            (Point::Enter(ExitFn::TaskWorkRun), 60, 0),
+            (Point::Return(ExitFn::TaskWorkRun), 61, 0),
+            (END, 100, 0),
+        ]);
+        let spans = namer.spans(&e);
+        let names: Vec<String> = named(&namer, &spans).into_iter().map(|(n, ..)| n).collect();
+        assert_eq!(
+            names,
+            [
+                "synchronize_group_exit…exit_files".to_owned(),
+                "exit_fs".to_owned(),
+                "disassociate_ctty".to_owned(),
+                "exit_task_namespaces".to_owned(),
+                "put_ipc_ns".to_owned(),
+                "exit_task_namespaces".to_owned(),
+                "exit_task_namespaces→task_work_run".to_owned(),
+                "task_work_run".to_owned(),
+                "exit_thread…__schedule".to_owned(),
+            ]
+        );
+        assert_eq!(spans.iter().map(|s| s.ns).sum::<u64>(), 100);
+        // exit_task_namespaces' two intervals are one stage: its own time around put_ipc_ns.
+        assert_eq!(spans[3].stage, spans[5].stage);
+    }
+
+    #[test]
+    fn points_out_of_kernel_order_are_named_by_their_bounds() {
+        let plan = plan(
+            KernelVersion::new(6, 12, 0),
+            &[
+                (SiteId::Function(ExitFn::ExitFiles), How::Kprobe, "exit_files"),
+                (SiteId::Function(ExitFn::ExitSem), How::Kprobe, "exit_sem"),
+            ],
+        );
+        let mut namer = StageNamer::new(&plan);
+        let spans = namer.spans(&exit(&[
+            (Point::Return(ExitFn::ExitFiles), 0, 0),
+            (Point::Enter(ExitFn::ExitSem), 7, 0),
+        ]));
+        assert_eq!(named(&namer, &spans), [("exit_files→exit_sem".to_owned(), 7, 0)]);
+    }
+}
