@@ -16,6 +16,8 @@ mod report;
 mod run;
 mod session;
 mod stages;
+mod stats;
+mod verdict;
 mod workload;
 
 use std::process::ExitCode;

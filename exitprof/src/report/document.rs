@@ -9,6 +9,7 @@ use crate::{
     plan::{AttachMode, Planned, Unplanned},
     profile::StageRow,
     run::{Losses, RunOutcome},
+    verdict::run_verdict,
 };
 
 /// The `--json` document. Later versions add keys; the ones here stay.
@@ -31,6 +32,8 @@ pub struct RunDocument {
     pub exit_rate: f64,
     /// The whole exit first (named `exit`), then each stage in kernel order.
     pub stages: Vec<StageDoc>,
+    /// Where the time went, in a sentence or two.
+    pub verdict: String,
     /// Work the exits caused in other contexts, joined back to them.
     pub deferred: DeferredReport,
     pub probes: Vec<Planned>,
@@ -86,13 +89,13 @@ impl RunDocument {
     pub fn new(run: &RunOutcome) -> Self {
         let elapsed_s = run.child.elapsed.as_secs_f64();
         let recorded = run.profile.exits;
-        let mut stages =
-            vec![StageDoc::new("exit".to_owned(), &run.profile.exit_summary(), 1.0, Vec::new())];
-        stages.extend(run.profile.rows().into_iter().map(
-            |StageRow { stage, summary, share_of_exit }| {
-                StageDoc::new(stage.name, &summary, share_of_exit, stage.covers)
-            },
-        ));
+        let exit = run.profile.exit_summary();
+        let rows = run.profile.rows();
+        let verdict = run_verdict(&exit, &rows);
+        let mut stages = vec![StageDoc::new("exit".to_owned(), &exit, 1.0, Vec::new())];
+        stages.extend(rows.into_iter().map(|StageRow { stage, summary, share_of_exit }| {
+            StageDoc::new(stage.name, &summary, share_of_exit, stage.covers)
+        }));
         Self {
             partial: run.interrupted.is_some(),
             kernel: run.plan.kernel.clone(),
@@ -107,6 +110,7 @@ impl RunDocument {
             sys_s: run.child.sys.as_secs_f64(),
             exit_rate: if elapsed_s > 0.0 { run.expected_exits as f64 / elapsed_s } else { 0.0 },
             stages,
+            verdict,
             deferred: run.deferred.report(),
             probes: run.plan.points.clone(),
             unavailable: run.plan.unavailable.clone(),

@@ -38,6 +38,7 @@ pub fn render(doc: &RunDocument) -> String {
     out.push('\n');
     out.push_str(&stage_table(doc).to_string());
     out.push('\n');
+    let _ = writeln!(out, "\nverdict: {}", doc.verdict);
     out.push_str(&deferred_table(&doc.deferred));
     out
 }
@@ -103,6 +104,13 @@ fn deferred_table(d: &DeferredReport) -> String {
             ipc.max_per_run,
             ipc.namespaces_joined,
             if ipc.every_namespace_seen { "" } else { " (tracepoint mode sees only those)" }
+        );
+    }
+    if d.task_free.not_freed_yet > 0 {
+        let _ = writeln!(
+            out,
+            "{} exited tasks were not freed yet when the run ended (RCU callbacks pending)",
+            d.task_free.not_freed_yet
         );
     }
     if d.reap.reaped_before_exit_end > 0 {

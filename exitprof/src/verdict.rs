@@ -1,0 +1,94 @@
+//! The verdict: one or two sentences that say where the time went, in words.
+
+use crate::{histogram::Summary, profile::StageRow, report::fmt_ns};
+
+/// Below this off-CPU share a stage computes; above it, it mostly waits.
+const MOSTLY_OFF_CPU: f64 = 0.5;
+/// A second stage is worth naming when it holds at least this share of the exit time.
+const WORTH_NAMING: f64 = 0.10;
+
+/// The verdict on one run (or one side of a comparison).
+pub fn run_verdict(exit: &Summary, rows: &[StageRow]) -> String {
+    if exit.count == 0 {
+        return "No exits were recorded: nothing to explain.".to_owned();
+    }
+    let mut ranked: Vec<&StageRow> = rows.iter().collect();
+    ranked.sort_by(|a, b| b.share_of_exit.total_cmp(&a.share_of_exit));
+    let Some(top) = ranked.first() else {
+        return format!("{} exits took {} each on average.", exit.count, fmt_ns(exit.mean_ns));
+    };
+    let mut text = format!(
+        "{} holds {:.0}% of the exit time{}, {}",
+        top.stage.name,
+        top.share_of_exit * 100.0,
+        occurrence(top.summary.count, exit.count),
+        cpu_phrase(top.summary.off_cpu_share())
+    );
+    if let Some(next) = ranked.get(1).filter(|r| r.share_of_exit >= WORTH_NAMING) {
+        text.push_str(&format!(
+            " Next: {} with {:.0}%{}.",
+            next.stage.name,
+            next.share_of_exit * 100.0,
+            occurrence(next.summary.count, exit.count)
+        ));
+    }
+    text
+}
+
+/// " (in 13% of the exits)" for a stage not every exit goes through.
+fn occurrence(count: u64, exits: u64) -> String {
+    if count >= exits || exits == 0 {
+        String::new()
+    } else {
+        format!(" (in {:.0}% of the exits)", count as f64 / exits as f64 * 100.0)
+    }
+}
+
+/// What an off-CPU share says about a stage.
+pub fn cpu_phrase(off_cpu_share: f64) -> String {
+    if off_cpu_share >= MOSTLY_OFF_CPU {
+        format!(
+            "{:.0}% of it off-CPU: tasks wait there (blocked or preempted) rather than compute.",
+            off_cpu_share * 100.0
+        )
+    } else {
+        format!("{:.0}% of it on-CPU: the kernel computes there.", (1.0 - off_cpu_share) * 100.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{histogram::Latency, stages::Stage};
+
+    fn row(name: &str, samples: &[(u64, u64)], exit_total: u128) -> StageRow {
+        let mut l = Latency::default();
+        for &(ns, off) in samples {
+            l.record(ns, off);
+        }
+        let summary = l.summary();
+        let share = summary.total_ns as f64 / exit_total as f64;
+        StageRow {
+            stage: Stage { name: name.to_owned(), covers: vec![], order: (0, 0) },
+            summary,
+            share_of_exit: share,
+        }
+    }
+
+    #[test]
+    fn names_the_dominant_stage_and_whether_it_waits() {
+        let mut exit = Latency::default();
+        for _ in 0..10 {
+            exit.record(1_000, 0);
+        }
+        let exit = exit.summary();
+        let rows = [
+            row("exit_files", &[(100, 0); 10], 10_000),
+            row("exit_mm…exit_thread", &[(4_500, 4_000), (4_500, 4_000)], 10_000),
+        ];
+        let v = run_verdict(&exit, &rows);
+        assert!(v.starts_with("exit_mm…exit_thread holds 90% of the exit time (in 20% of the exits)"), "{v}");
+        assert!(v.contains("off-CPU: tasks wait there"), "{v}");
+        assert!(v.ends_with("Next: exit_files with 10%."), "{v}");
+    }
+}
