@@ -16,7 +16,6 @@ mod report;
 mod run;
 mod session;
 mod stages;
-mod stats;
 mod verdict;
 mod workload;
 

@@ -313,14 +313,23 @@ impl Plan {
         // A fallback is dropped where what it stands in for is probed.
         let probed: HashSet<SiteId> = points.iter().map(|p: &Planned| p.site).collect();
         let mut kept = Vec::new();
-        for planned in points {
+        for mut planned in points {
             let site = SITES.iter().find(|s| s.id == planned.site).expect("planned from SITES");
             match site.fallback_for {
                 Some(primary) if probed.contains(&primary) => unavailable.push(Unplanned {
                     point: planned.point,
                     reason: format!("not needed: {} is probed", primary.name()),
                 }),
-                _ => kept.push(planned),
+                Some(primary) => {
+                    // Say what it stands in for, and why that could not be probed.
+                    let why = unavailable.iter().find(|u| u.point == primary.name());
+                    planned.note = Some(match why {
+                        Some(u) => format!("stands in for {}: {}", u.point, u.reason),
+                        None => format!("stands in for {}", primary.name()),
+                    });
+                    kept.push(planned);
+                }
+                None => kept.push(planned),
             }
         }
         let plan = Self {
@@ -381,12 +390,18 @@ fn resolve_site(facts: &KernelFacts, mode: AttachMode, site: &Site) -> Result<Pl
         }
         Hook::Syscall(name) => Ok(planned(How::Tracepoint, &format!("syscalls:{name}"), None)),
         Hook::Function(candidates) => {
-            if mode == AttachMode::Tracepoint {
-                return Err("a function probe (--attach tracepoint)".to_owned());
-            }
             let symbol = pick_symbol(facts, candidates)?;
             let note = (symbol != candidates[0])
                 .then(|| format!("{} is not a symbol on this kernel", candidates[0]));
+            // A function that is not the first candidate says what it resolved to, even when it
+            // cannot be probed.
+            let resolved = |why: String| match &note {
+                Some(n) => format!("resolves to {symbol} ({n}), but {why}"),
+                None => why,
+            };
+            if mode == AttachMode::Tracepoint {
+                return Err(resolved("a function probe (--attach tracepoint)".to_owned()));
+            }
             // Errors name what is wrong with this symbol; a mode the kernel lacks altogether is
             // said once, in the calibration.
             let fentry = || -> Result<(), String> {
@@ -410,12 +425,18 @@ fn resolve_site(facts: &KernelFacts, mode: AttachMode, site: &Site) -> Result<Pl
                 Ok(())
             };
             match mode {
-                AttachMode::Fentry => fentry().map(|()| planned(How::Fentry, symbol, note)),
-                AttachMode::Kprobe => kprobe().map(|()| planned(How::Kprobe, symbol, note)),
+                AttachMode::Fentry => {
+                    fentry().map_err(resolved).map(|()| planned(How::Fentry, symbol, note.clone()))
+                }
+                AttachMode::Kprobe => {
+                    kprobe().map_err(resolved).map(|()| planned(How::Kprobe, symbol, note.clone()))
+                }
                 AttachMode::Auto => match (fentry(), kprobe()) {
-                    (Ok(()), _) => Ok(planned(How::Fentry, symbol, note)),
-                    (Err(_), Ok(())) => Ok(planned(How::Kprobe, symbol, note)),
-                    (Err(no_fentry), Err(no_kprobe)) => Err(format!("{no_fentry}; {no_kprobe}")),
+                    (Ok(()), _) => Ok(planned(How::Fentry, symbol, note.clone())),
+                    (Err(_), Ok(())) => Ok(planned(How::Kprobe, symbol, note.clone())),
+                    (Err(no_fentry), Err(no_kprobe)) => {
+                        Err(resolved(format!("{no_fentry}; {no_kprobe}")))
+                    }
                 },
                 AttachMode::Tracepoint => unreachable!("handled above"),
             }
