@@ -87,7 +87,10 @@ mod tests {
             row("exit_mm…exit_thread", &[(4_500, 4_000), (4_500, 4_000)], 10_000),
         ];
         let v = run_verdict(&exit, &rows);
-        assert!(v.starts_with("exit_mm…exit_thread holds 90% of the exit time (in 20% of the exits)"), "{v}");
+        assert!(
+            v.starts_with("exit_mm…exit_thread holds 90% of the exit time (in 20% of the exits)"),
+            "{v}"
+        );
         assert!(v.contains("off-CPU: tasks wait there"), "{v}");
         assert!(v.ends_with("Next: exit_files with 10%."), "{v}");
     }
