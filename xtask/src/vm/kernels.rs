@@ -117,7 +117,13 @@ fn download(package: &str, dir: &Path) -> anyhow::Result<()> {
     let _ = fs::remove_dir_all(&work);
     fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     if !deb.is_file() {
-        run(Command::new("apt-get").args(["download", "-q", package]).current_dir(&work))?;
+        let mut apt = Command::new("apt-get");
+        apt.args(["download", "-q", package]).current_dir(&work);
+        if is_root() {
+            // apt's sandbox user cannot write into root's cache; it would warn and go on as root.
+            apt.args(["-o", "APT::Sandbox::User=root"]);
+        }
+        run(&mut apt)?;
         let fetched = only_file(&work, ".deb")?;
         fs::rename(&fetched, &deb).with_context(|| format!("moving {}", fetched.display()))?;
     }

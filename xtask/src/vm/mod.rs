@@ -111,7 +111,7 @@ fn check_boot(kernel: &Kernel, boot: &Boot) -> Vec<String> {
             }
             Some(_) => ("FAIL", checks.figures.join(", ")),
         };
-        eprintln!("vm: {release:<22} {:<16} {verdict}  {summary}", scenario.name);
+        eprintln!("vm: {release:<22} {:<18} {verdict}  {summary}", scenario.name);
         // exitprof's warnings matter even when the figures pass.
         for line in run.iter().flat_map(|r| r.stderr.lines()).filter(|l| !l.trim().is_empty()) {
             eprintln!("vm:     stderr: {line}");
