@@ -3,6 +3,7 @@
 mod command;
 mod setup;
 mod test;
+mod vm;
 
 use std::process::ExitCode;
 
@@ -27,6 +28,8 @@ enum Task {
     /// Runs the whole test suite: lints, unit tests, root integration tests on this kernel, and
     /// the VM tests on Debian kernels.
     Test(test::TestArgs),
+    /// Tests exitprof's kprobe and fentry modes on Debian's 6.1 and 6.12 kernels in qemu.
+    VmTest(vm::VmTestArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
         Task::Setup => setup::setup().map(|_| ()),
         Task::Run { args } => run(&args),
         Task::Test(args) => test::test(&args),
+        Task::VmTest(args) => setup::setup().and_then(|()| vm::vm_test(&args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

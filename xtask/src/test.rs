@@ -13,6 +13,7 @@ use clap::Args;
 use crate::{
     command::{cargo, root_command, run, workspace_root},
     setup,
+    vm::{self, VmTestArgs},
 };
 
 #[derive(Args)]
@@ -31,6 +32,8 @@ pub fn test(args: &TestArgs) -> anyhow::Result<()> {
     stage("root integration tests", integration)?;
     if args.no_vm {
         eprintln!("xtask: VM tests skipped (--no-vm): kprobe and fentry modes were not tested");
+    } else {
+        stage("VM tests", || vm::vm_test(&VmTestArgs::default()))?;
     }
     Ok(())
 }

@@ -1,0 +1,183 @@
+//! What runs inside the guest and what it reports back.
+//!
+//! The guest's `/init` runs each scenario and writes its report to the second serial port
+//! (ttyS1), which the host captures to a file of its own: the kernel's console stays on ttyS0,
+//! so no kernel message can land in the middle of a JSON document. Each report line that is not
+//! a scenario's output starts with [`MARKER`].
+
+use super::scenarios::Scenario;
+
+/// Starts every line of the report that is not a scenario's own output.
+const MARKER: &str = "@@exitprof-vm";
+
+/// Busybox applets `/init` uses, linked into `/bin`.
+pub const APPLETS: &[&str] = &["sh", "mount", "cat", "uname", "poweroff"];
+
+/// The guest's `/init`: mounts what exitprof needs, runs every scenario, powers off.
+pub fn init_script(scenarios: &[Scenario]) -> String {
+    let mut script = format!(
+        r#"#!/bin/sh
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tracefs tracefs /sys/kernel/tracing
+# kprobes/blacklist, which exitprof reads to plan kprobes.
+mount -t debugfs debugfs /sys/kernel/debug
+exec 3>/dev/ttyS1
+report() {{ echo; echo "{MARKER} $*"; }} >&3
+scenario() {{
+  name=$1
+  shift
+  report begin "$name"
+  /bin/exitprof "$@" >/tmp/stdout 2>/tmp/stderr
+  status=$?
+  cat /tmp/stdout >&3
+  report stderr "$name"
+  cat /tmp/stderr >&3
+  report end "$name" "$status"
+}}
+report kernel "$(uname -r)"
+"#
+    );
+    for s in scenarios {
+        script.push_str("scenario ");
+        script.push_str(s.name);
+        for arg in s.args {
+            script.push(' ');
+            script.push_str(&shell_quote(arg));
+        }
+        script.push('\n');
+    }
+    script.push_str("report done\npoweroff -f\n");
+    script
+}
+
+fn shell_quote(arg: &str) -> String {
+    format!("'{}'", arg.replace('\'', r"'\''"))
+}
+
+/// What the guest reported.
+#[derive(Debug, Default, PartialEq)]
+pub struct Report {
+    /// `uname -r` in the guest; empty if `/init` never got that far.
+    pub kernel: String,
+    pub runs: Vec<Run>,
+    /// `/init` ran to its end (the guest did not die or hang on the way).
+    pub done: bool,
+}
+
+/// One scenario's exitprof run.
+#[derive(Debug, Default, PartialEq)]
+pub struct Run {
+    pub name: String,
+    pub stdout: String,
+    pub stderr: String,
+    /// exitprof's exit status; `None` when the guest stopped before exitprof did.
+    pub status: Option<i32>,
+}
+
+impl Report {
+    /// Parses the report channel's text.
+    pub fn parse(text: &str) -> Self {
+        #[derive(Clone, Copy)]
+        enum Section {
+            Nothing,
+            Stdout,
+            Stderr,
+        }
+        let mut report = Self::default();
+        let mut current: Option<Run> = None;
+        let mut section = Section::Nothing;
+        // The guest's tty turns every "\n" into "\r\n".
+        for line in text.lines().map(|l| l.trim_end_matches('\r')) {
+            let Some(rest) = line.strip_prefix(MARKER).and_then(|r| r.strip_prefix(' ')) else {
+                let run = current.as_mut();
+                match (section, run) {
+                    (Section::Stdout, Some(run)) => push_line(&mut run.stdout, line),
+                    (Section::Stderr, Some(run)) => push_line(&mut run.stderr, line),
+                    _ => {}
+                }
+                continue;
+            };
+            let mut words = rest.split(' ');
+            match (words.next(), words.next(), words.next()) {
+                (Some("kernel"), Some(release), _) => report.kernel = release.to_owned(),
+                (Some("begin"), Some(name), _) => {
+                    report.runs.extend(current.take());
+                    current = Some(Run { name: name.to_owned(), ..Run::default() });
+                    section = Section::Stdout;
+                }
+                (Some("stderr"), Some(_), _) => section = Section::Stderr,
+                (Some("end"), Some(_), status) => {
+                    if let Some(mut run) = current.take() {
+                        run.status = status.and_then(|s| s.parse().ok());
+                        report.runs.push(run);
+                    }
+                    section = Section::Nothing;
+                }
+                (Some("done"), ..) => report.done = true,
+                _ => {}
+            }
+        }
+        report.runs.extend(current);
+        for run in &mut report.runs {
+            for text in [&mut run.stdout, &mut run.stderr] {
+                *text = text.trim().to_owned();
+            }
+        }
+        report
+    }
+}
+
+fn push_line(text: &mut String, line: &str) {
+    text.push_str(line);
+    text.push('\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_survives_the_shell() {
+        assert_eq!(shell_quote("--threads"), "'--threads'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn a_report_is_read_back() {
+        let text = "\r\n@@exitprof-vm kernel 6.1.0-57-amd64\r\n\r\n@@exitprof-vm begin storm\r\n\
+                    {\r\n  \"lost\": 0\r\n}\r\n\r\n@@exitprof-vm stderr storm\r\n\
+                    warning: x\r\n\r\n@@exitprof-vm end storm 0\r\n\
+                    \r\n@@exitprof-vm begin second\r\n{\r\n";
+        let report = Report::parse(text);
+        assert_eq!(report.kernel, "6.1.0-57-amd64");
+        assert!(!report.done, "no done line");
+        assert_eq!(
+            report.runs,
+            [
+                Run {
+                    name: "storm".into(),
+                    stdout: "{\n  \"lost\": 0\n}".into(),
+                    stderr: "warning: x".into(),
+                    status: Some(0),
+                },
+                // The guest died while the second scenario ran.
+                Run {
+                    name: "second".into(),
+                    stdout: "{".into(),
+                    stderr: String::new(),
+                    status: None
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn the_init_script_runs_every_scenario() {
+        let scenarios = [Scenario { name: "a", args: &["--x", "1"], check: |_, _| {} }];
+        let script = init_script(&scenarios);
+        assert!(script.contains("\nscenario a '--x' '1'\n"), "{script}");
+        assert!(script.ends_with("report done\npoweroff -f\n"), "{script}");
+    }
+}

@@ -1,0 +1,164 @@
+//! `cargo xtask vm-test`: exitprof on real Debian kernels in qemu, for the kprobe and fentry
+//! modes the developers' own kernel lacks.
+//!
+//! Steps: make sure qemu and busybox are installed; fetch the newest Debian kernel of each
+//! series (cached); build exitprof; pack it with busybox into an initramfs whose `/init` runs
+//! every [scenario](scenarios::SCENARIOS); boot each kernel (concurrently: on two cores that is
+//! about twice as fast as one after the other); check each scenario's JSON document.
+
+mod cpio;
+mod guest;
+mod initramfs;
+mod kernels;
+mod packages;
+mod qemu;
+mod scenarios;
+
+use std::{
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+
+use self::{
+    guest::Run,
+    kernels::{Kernel, Series},
+    qemu::Boot,
+    scenarios::{Checks, SCENARIOS, Scenario},
+};
+use crate::command::{cargo, workspace_root};
+
+#[derive(Args, Default)]
+pub struct VmTestArgs {
+    /// A kernel series to test (repeatable); all of them by default.
+    #[arg(long = "kernel", value_enum, value_name = "SERIES")]
+    pub kernels: Vec<Series>,
+}
+
+/// A boot, userspace and poweroff take about 15 s under TCG; each scenario adds a few seconds.
+/// The margin is for busy machines.
+const BOOT_TIMEOUT: Duration = Duration::from_secs(60);
+const SCENARIO_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub fn vm_test(args: &VmTestArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    packages::ensure()?;
+    let requested = if args.kernels.is_empty() { Series::ALL } else { &args.kernels[..] };
+    let mut series: Vec<Series> = Vec::new();
+    for s in requested {
+        if !series.contains(s) {
+            series.push(*s);
+        }
+    }
+    let kernels = series.into_iter().map(kernels::fetch).collect::<anyhow::Result<Vec<_>>>()?;
+
+    cargo(&["build", "--release", "--locked", "--package", "exitprof"])?;
+    let target = workspace_root().join("target");
+    let initramfs = target.join("vm/initramfs.cpio");
+    initramfs::build(&target.join("release/exitprof"), SCENARIOS, &initramfs)
+        .context("building the guest's initramfs")?;
+
+    let names: Vec<&str> = kernels.iter().map(|k| k.package.as_str()).collect();
+    eprintln!("vm: booting {} in qemu (TCG)", names.join(" and "));
+    let timeout = BOOT_TIMEOUT + SCENARIO_TIMEOUT * SCENARIOS.len() as u32;
+    let boots: Vec<anyhow::Result<Boot>> = thread::scope(|s| {
+        let guests: Vec<_> = kernels
+            .iter()
+            .map(|k| {
+                let dir = target.join("vm").join(&k.package);
+                let initramfs = &initramfs;
+                s.spawn(move || qemu::boot(&k.vmlinuz, initramfs, &dir, timeout))
+            })
+            .collect();
+        guests.into_iter().map(|g| g.join().expect("a boot thread panicked")).collect()
+    });
+
+    let mut failures = Vec::new();
+    for (kernel, boot) in kernels.iter().zip(boots) {
+        match boot {
+            Ok(boot) => failures.extend(check_boot(kernel, &boot)),
+            Err(e) => failures.push(format!("{}: {e:#}", kernel.package)),
+        }
+    }
+    eprintln!("vm: done in {:.1} s", started.elapsed().as_secs_f64());
+    if !failures.is_empty() {
+        bail!("{} VM check(s) failed:\n{}", failures.len(), failures.join("\n"));
+    }
+    Ok(())
+}
+
+/// Checks every scenario of one boot, printing a summary line for each; returns the failures.
+fn check_boot(kernel: &Kernel, boot: &Boot) -> Vec<String> {
+    let report = &boot.report;
+    let mut failures = Vec::new();
+    let release = kernel.release();
+    if report.kernel != release {
+        failures.push(format!(
+            "{}: expected the guest to run {release}, got {:?}",
+            kernel.package, report.kernel
+        ));
+    }
+    eprintln!("vm: {release} booted, ran and powered off in {:.1} s", boot.elapsed.as_secs_f64());
+    for scenario in SCENARIOS {
+        let run = report.runs.iter().find(|r| r.name == scenario.name);
+        let checks = check_run(scenario, run);
+        let (verdict, summary) = match checks.failures.first() {
+            None => ("pass", checks.figures.join(", ")),
+            Some(first) if checks.figures.is_empty() => {
+                ("FAIL", first.lines().next().unwrap_or_default().to_owned())
+            }
+            Some(_) => ("FAIL", checks.figures.join(", ")),
+        };
+        eprintln!("vm: {release:<22} {:<18} {verdict}  {summary}", scenario.name);
+        // exitprof's warnings matter even when the figures pass.
+        for line in run.iter().flat_map(|r| r.stderr.lines()).filter(|l| !l.trim().is_empty()) {
+            eprintln!("vm:     stderr: {line}");
+        }
+        failures.extend(
+            checks.failures.iter().map(|f| format!("{} {}: {f}", kernel.package, scenario.name)),
+        );
+    }
+    if !report.done {
+        failures.push(format!(
+            "{}: the guest stopped before the end of its /init; console tail ({}):\n{}",
+            kernel.package,
+            boot.console.display(),
+            qemu::tail(&boot.console)
+        ));
+    }
+    failures
+}
+
+fn check_run(scenario: &Scenario, run: Option<&Run>) -> Checks {
+    let mut checks = Checks::default();
+    let Some(run) = run else {
+        checks.failures.push("did not run".to_owned());
+        return checks;
+    };
+    match run.status {
+        Some(0) => {}
+        Some(status) => {
+            checks.failures.push(format!("exitprof exited with status {status}: {}", run.stderr));
+            return checks;
+        }
+        None => {
+            checks.failures.push(format!("exitprof did not finish: {}", run.stderr));
+            return checks;
+        }
+    }
+    match serde_json::from_str(&run.stdout) {
+        Ok(doc) => (scenario.check)(&doc, &mut checks),
+        Err(e) => checks.failures.push(format!(
+            "expected a JSON document on stdout, got ({e}):\n{}",
+            excerpt(&run.stdout)
+        )),
+    }
+    checks
+}
+
+fn excerpt(text: &str) -> &str {
+    let end = text.char_indices().nth(2000).map_or(text.len(), |(i, _)| i);
+    &text[..end]
+}

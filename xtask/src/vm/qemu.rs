@@ -1,0 +1,119 @@
+//! Booting a kernel with the test initramfs in qemu, by software emulation (TCG): the
+//! developers' machines are VMs whose KVM hangs a nested guest.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use super::guest::Report;
+
+/// One finished boot: what the guest reported, and where its console log is.
+pub struct Boot {
+    pub report: Report,
+    pub console: PathBuf,
+    pub elapsed: Duration,
+}
+
+/// Boots `vmlinuz` with `initramfs` until the guest powers off, or fails after `timeout`. The
+/// logs go to `dir`: `console.log` (the kernel console, ttyS0), `report.log` (the guest's
+/// report, ttyS1) and `qemu.log` (qemu's own messages).
+pub fn boot(
+    vmlinuz: &Path,
+    initramfs: &Path,
+    dir: &Path,
+    timeout: Duration,
+) -> anyhow::Result<Boot> {
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let console = dir.join("console.log");
+    let report = dir.join("report.log");
+    let qemu_log = dir.join("qemu.log");
+    let qemu_out = fs::File::create(&qemu_log)?;
+    let started = Instant::now();
+    let mut qemu = Command::new("qemu-system-x86_64")
+        .args(["-accel", "tcg,thread=multi", "-cpu", "max", "-m", "1024", "-smp", "2"])
+        .arg("-kernel")
+        .arg(vmlinuz)
+        .arg("-initrd")
+        .arg(initramfs)
+        .args(["-append", "console=ttyS0 quiet panic=-1"])
+        .args(["-nographic", "-no-reboot", "-monitor", "none"])
+        .arg("-serial")
+        .arg(format!("file:{}", console.display()))
+        .arg("-serial")
+        .arg(format!("file:{}", report.display()))
+        .stdin(Stdio::null())
+        .stdout(qemu_out.try_clone()?)
+        .stderr(qemu_out)
+        .spawn()
+        .context("starting qemu-system-x86_64 (package qemu-system-x86)")?;
+    let status = loop {
+        if let Some(status) = qemu.try_wait()? {
+            break status;
+        }
+        if started.elapsed() > timeout {
+            qemu.kill().context("stopping qemu")?;
+            qemu.wait()?;
+            bail!(
+                "the guest did not power off within {} s; console tail ({}):\n{}",
+                timeout.as_secs(),
+                console.display(),
+                tail(&console)
+            );
+        }
+        thread::sleep(Duration::from_millis(100));
+    };
+    if !status.success() {
+        bail!("qemu failed ({status}):\n{}", tail(&qemu_log));
+    }
+    let text = fs::read(&report).with_context(|| format!("reading {}", report.display()))?;
+    Ok(Boot {
+        report: Report::parse(&String::from_utf8_lossy(&text)),
+        console,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// The last lines of a log, to show why a guest failed.
+pub fn tail(path: &Path) -> String {
+    const LINES: usize = 40;
+    let Ok(bytes) = fs::read(path) else { return format!("({} is unreadable)", path.display()) };
+    let text = without_escapes(&String::from_utf8_lossy(&bytes));
+    let lines: Vec<&str> = text.lines().map(str::trim_end).filter(|l| !l.is_empty()).collect();
+    lines[lines.len().saturating_sub(LINES)..].join("\n")
+}
+
+/// `text` without the terminal control sequences the firmware writes to the console
+/// (`ESC c`, `ESC [ ... letter`).
+fn without_escapes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\x1b' {
+            out.push(c);
+        } else if chars.next() == Some('[') {
+            chars.by_ref().find(|c| c.is_ascii_alphabetic());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_sequences_are_dropped() {
+        let console =
+            "\x1bc\x1b[?7l\x1b[2J\x1b[0mSeaBIOS (version 1.16.2)\r\n[   11.1] reboot: Power down";
+        assert_eq!(
+            without_escapes(console),
+            "SeaBIOS (version 1.16.2)\r\n[   11.1] reboot: Power down"
+        );
+    }
+}

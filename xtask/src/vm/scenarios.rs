@@ -1,0 +1,210 @@
+//! The scenarios run in every guest: exitprof's arguments and what its `--json` document must
+//! show on a kernel that has kprobes and fentry.
+//!
+//! To add one, add a row to [`SCENARIOS`] with a check function; the guest runs the rows in
+//! order, one exitprof process each. The checks compose: [`threads_storm`] holds in every attach
+//! mode, [`functions_timed`] where functions are probed (kprobe, fentry), [`attached_by`] where
+//! one mode is expected.
+
+use std::fmt::Display;
+
+use serde_json::Value;
+
+/// One exitprof run in the guest.
+pub struct Scenario {
+    /// Names the run in the guest's report and the summary: `[a-z0-9-]+`.
+    pub name: &'static str,
+    /// exitprof's arguments.
+    pub args: &'static [&'static str],
+    /// Checks the parsed `--json` document.
+    pub check: fn(&Value, &mut Checks),
+}
+
+pub const SCENARIOS: &[Scenario] = &[Scenario {
+    name: "threads-auto",
+    args: &["--threads", "20", "--reps", "3", "--json"],
+    check: |doc, c| {
+        threads_storm(doc, c, 20 * 3);
+        functions_timed(doc, c);
+        // Both test kernels load fentry programs, which auto mode prefers.
+        attached_by(doc, c, "fentry");
+    },
+}];
+
+/// What a check found: mismatches (expected vs got) and the key figures for the summary.
+#[derive(Default)]
+pub struct Checks {
+    pub failures: Vec<String>,
+    pub figures: Vec<String>,
+}
+
+impl Checks {
+    fn equal<T: PartialEq + Display>(&mut self, what: &str, expected: T, got: T) {
+        if expected != got {
+            self.failures.push(format!("{what}: expected {expected}, got {got}"));
+        }
+    }
+
+    fn fail(&mut self, failure: String) {
+        self.failures.push(failure);
+    }
+
+    fn figure(&mut self, figure: String) {
+        self.figures.push(figure);
+    }
+
+    /// An unsigned integer field, or a failure naming it.
+    fn uint(&mut self, v: &Value, key: &str) -> u64 {
+        v[key].as_u64().unwrap_or_else(|| {
+            self.fail(format!("{key}: expected an unsigned integer, got {}", v[key]));
+            0
+        })
+    }
+}
+
+/// Functions the stage table must time on its own on kernels where they can be probed.
+const FUNCTION_STAGES: &[&str] = &["exit_signals", "taskstats_exit", "exit_files", "exit_fs"];
+
+/// A threads storm of `exits` exits: every exit recorded, none lost, the stages partitioning the
+/// exit.
+fn threads_storm(doc: &Value, c: &mut Checks, exits: u64) {
+    let expected = c.uint(doc, "exits_expected");
+    let recorded = c.uint(doc, "exits_recorded");
+    let lost = c.uint(doc, "lost");
+    c.equal("exits_expected", exits, expected);
+    c.equal("exits_recorded", exits, recorded);
+    c.equal("lost", 0, lost);
+    c.figure(format!("exits {recorded}/{expected}, lost {lost}"));
+
+    let stages = doc["stages"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let Some((exit, parts)) = stages.split_first() else {
+        c.fail(format!("stages: expected the exit and its stages, got {}", doc["stages"]));
+        return;
+    };
+    c.equal("stages[0].name", "exit", exit["name"].as_str().unwrap_or_default());
+    let timed = c.uint(exit, "count");
+    c.equal("stages[0].count (exits timed)", recorded, timed);
+    let exit_total = c.uint(exit, "total_ns");
+    let parts_total: u64 = parts.iter().map(|s| c.uint(s, "total_ns")).sum();
+    c.equal("sum of the stages' total_ns (the exit's total_ns)", exit_total, parts_total);
+    c.figure(format!("{} stages", parts.len()));
+    let p50 = c.uint(exit, "p50_ns");
+    c.figure(format!("exit p50 {}", micros(p50)));
+}
+
+/// The functions of [`FUNCTION_STAGES`] are timed as stages of their own (function probes:
+/// kprobe or fentry modes).
+fn functions_timed(doc: &Value, c: &mut Checks) {
+    let stages = doc["stages"].as_array().map(Vec::as_slice).unwrap_or_default();
+    // The first is the whole exit.
+    let names: Vec<&str> = stages.iter().skip(1).filter_map(|s| s["name"].as_str()).collect();
+    for function in FUNCTION_STAGES {
+        if !names.contains(function) {
+            c.fail(format!("stages: expected one named {function}, got {names:?}"));
+        }
+    }
+}
+
+/// Every function probe is attached with `how` (fentry or kprobe); markers may be tracepoints.
+fn attached_by(doc: &Value, c: &mut Checks, how: &str) {
+    let probes = doc["probes"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if probes.is_empty() {
+        c.fail(format!("probes: expected a list of attached probes, got {}", doc["probes"]));
+    }
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for probe in probes {
+        let got = probe["how"].as_str().unwrap_or_default();
+        match counts.iter_mut().find(|(h, _)| *h == got) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((got, 1)),
+        }
+        let is_tracepoint = got.ends_with("tracepoint");
+        if !is_tracepoint && got != how {
+            c.fail(format!("probe {}: expected {how}, got {got}", probe["point"]));
+        }
+    }
+    let points: Vec<&str> = probes.iter().filter_map(|p| p["point"].as_str()).collect();
+    if !points.contains(&"do_exit") {
+        c.fail(format!("probes: expected do_exit among them, got {points:?}"));
+    }
+    let counts: Vec<String> = counts.iter().map(|(h, n)| format!("{h} {n}")).collect();
+    c.figure(format!("probes {}", counts.join(" + ")));
+}
+
+fn micros(ns: u64) -> String {
+    format!("{:.1} µs", ns as f64 / 1e3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_safe_in_the_guest_shell() {
+        for s in SCENARIOS {
+            assert!(
+                !s.name.is_empty()
+                    && s.name
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+                "scenario name {:?}",
+                s.name
+            );
+        }
+    }
+
+    fn doc(recorded: u64, stage_totals: &[(&str, u64)]) -> Value {
+        let exit_total: u64 = 100;
+        let mut stages = vec![serde_json::json!({
+            "name": "exit", "count": recorded, "total_ns": exit_total, "p50_ns": 1500,
+        })];
+        stages.extend(
+            stage_totals.iter().map(|(n, t)| serde_json::json!({"name": n, "total_ns": t})),
+        );
+        serde_json::json!({
+            "exits_expected": 60, "exits_recorded": recorded, "lost": 60 - recorded,
+            "stages": stages,
+            "probes": [{"point": "do_exit", "how": "fentry"}, {"point": "final switch", "how": "btf_tracepoint"}],
+        })
+    }
+
+    #[test]
+    fn a_complete_storm_passes() {
+        let stages =
+            [("exit_signals", 10), ("taskstats_exit", 20), ("exit_files", 30), ("exit_fs", 40)];
+        let mut c = Checks::default();
+        threads_storm(&doc(60, &stages), &mut c, 60);
+        functions_timed(&doc(60, &stages), &mut c);
+        attached_by(&doc(60, &stages), &mut c, "fentry");
+        assert!(c.failures.is_empty(), "{:?}", c.failures);
+        assert_eq!(
+            c.figures,
+            [
+                "exits 60/60, lost 0",
+                "4 stages",
+                "exit p50 1.5 µs",
+                "probes fentry 1 + btf_tracepoint 1"
+            ]
+        );
+    }
+
+    #[test]
+    fn mismatches_print_both_sides() {
+        let mut c = Checks::default();
+        let stages = [("exit_signals", 10), ("exit_files", 30)];
+        threads_storm(&doc(59, &stages), &mut c, 60);
+        functions_timed(&doc(59, &stages), &mut c);
+        attached_by(&doc(59, &[]), &mut c, "kprobe");
+        assert_eq!(
+            c.failures,
+            [
+                "exits_recorded: expected 60, got 59",
+                "lost: expected 0, got 1",
+                "sum of the stages' total_ns (the exit's total_ns): expected 100, got 40",
+                "stages: expected one named taskstats_exit, got [\"exit_signals\", \"exit_files\"]",
+                "stages: expected one named exit_fs, got [\"exit_signals\", \"exit_files\"]",
+                "probe \"do_exit\": expected kprobe, got fentry",
+            ]
+        );
+    }
+}
