@@ -9,5 +9,8 @@ pub const STATE_FULL: u32 = 1;
 pub const TRACKED_FULL: u32 = 2;
 /// The ring buffer had no room for a deferred-work record.
 pub const DEFERRED_RINGBUF_FULL: u32 = 3;
+/// An exit started for a thread id that still had an open record: the previous task with that
+/// id never reached its final switch-out while exitprof watched, and its record is dropped.
+pub const STALE_RECORD: u32 = 4;
 /// Number of counters.
-pub const COUNT: u32 = 4;
+pub const COUNT: u32 = 5;

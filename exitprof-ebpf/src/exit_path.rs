@@ -12,21 +12,20 @@ use aya_ebpf::{
 };
 use exitprof_common::point::{ExitFn, Marker, fn_code, marker_code};
 
-use crate::exit_state::hit_current;
+use crate::exit_state::{Opens, hit_current};
 
 /// `SIGKILL` (include/uapi/asm-generic/signal.h).
 const SIGKILL: i32 = 9;
 
 #[inline(always)]
-fn start(marker: Marker) -> u32 {
-    hit_current(marker_code(marker), true);
+fn reach(marker: Marker, opens: Opens) -> u32 {
+    hit_current(marker_code(marker), opens);
     0
 }
 
 #[inline(always)]
-fn reach(marker: Marker) -> u32 {
-    hit_current(marker_code(marker), false);
-    0
+fn start(marker: Marker) -> u32 {
+    reach(marker, Opens::Start)
 }
 
 /// `syscalls:sys_enter_exit`.
@@ -56,14 +55,15 @@ pub fn signal_deliver(ctx: BtfTracePointContext) -> i32 {
 /// right after `taskstats_exit` are v6.16+; older kernels fire it after `exit_mm`/`acct_process`.
 #[btf_tracepoint]
 pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
-    reach(Marker::SchedProcessExit);
+    reach(Marker::SchedProcessExit, Opens::Late);
     0
 }
 
 /// `x86_fpu_dropped(struct fpu *fpu)`, from `fpu__drop` in `exit_thread` (x86).
 #[btf_tracepoint]
 pub fn x86_fpu_dropped(_ctx: BtfTracePointContext) -> i32 {
-    reach(Marker::X86FpuDropped);
+    // fpu__drop also runs on other paths than exit_thread.
+    reach(Marker::X86FpuDropped, Opens::Never);
     0
 }
 
@@ -82,12 +82,12 @@ pub fn fentry_enter_do_exit(_ctx: FEntryContext) -> u32 {
 /// `void __noreturn do_task_dead(void)`: the exiting task's last function.
 #[kprobe]
 pub fn kprobe_enter_do_task_dead(_ctx: ProbeContext) -> u32 {
-    reach(Marker::DoTaskDead)
+    reach(Marker::DoTaskDead, Opens::Late)
 }
 
 #[fentry]
 pub fn fentry_enter_do_task_dead(_ctx: FEntryContext) -> u32 {
-    reach(Marker::DoTaskDead)
+    reach(Marker::DoTaskDead, Opens::Late)
 }
 
 /// Entry and return programs of a function slot, as kprobe/kretprobe and as fentry/fexit. The
@@ -98,25 +98,25 @@ macro_rules! exit_fn_probes {
             $(
                 #[kprobe]
                 pub fn [<kprobe_enter_ $slot>](_ctx: ProbeContext) -> u32 {
-                    hit_current(fn_code($function, false), false);
+                    hit_current(fn_code($function, false), Opens::Never);
                     0
                 }
 
                 #[kretprobe]
                 pub fn [<kretprobe_exit_ $slot>](_ctx: RetProbeContext) -> u32 {
-                    hit_current(fn_code($function, true), false);
+                    hit_current(fn_code($function, true), Opens::Never);
                     0
                 }
 
                 #[fentry]
                 pub fn [<fentry_enter_ $slot>](_ctx: FEntryContext) -> u32 {
-                    hit_current(fn_code($function, false), false);
+                    hit_current(fn_code($function, false), Opens::Never);
                     0
                 }
 
                 #[fexit]
                 pub fn [<fexit_exit_ $slot>](_ctx: FExitContext) -> u32 {
-                    hit_current(fn_code($function, true), false);
+                    hit_current(fn_code($function, true), Opens::Never);
                     0
                 }
             )+

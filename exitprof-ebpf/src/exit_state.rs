@@ -18,19 +18,37 @@ pub fn is_target(tgid: u32) -> bool {
     TRACE_ALL.load() != 0 || TRACKED.get_ptr(tgid).is_some()
 }
 
-/// Records that the current task reached `point`. A start point opens the task's exit; any
-/// other point opens it too (flagged late) when the task is a target without an open exit.
+/// Whether a probe point may open a task's exit record.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Opens {
+    /// A start point: opens the record (and replaces a stale one).
+    Start,
+    /// A point only exits reach: opens the record, flagged late, when no start was seen.
+    Late,
+    /// A point tasks also reach outside their exit (callees of `do_exit` run on other paths
+    /// too: `task_work_run` on every return to userspace, `put_ipc_ns` in `unshare`, ...):
+    /// only extends an open record.
+    Never,
+}
+
+/// Records that the current task reached `point`.
 #[inline(always)]
-pub fn hit_current(point: u8, is_start: bool) {
+pub fn hit_current(point: u8, opens: Opens) {
+    let is_start = opens == Opens::Start;
     let pid_tgid = bpf_get_current_pid_tgid();
     let (pid, tgid) = (pid_tgid as u32, (pid_tgid >> 32) as u32);
     let now = now_ns();
     if let Some(record) = EXITING.get_ptr_mut(pid) {
         // SAFETY: the entry belongs to the current task, and a task runs on one CPU at a time.
-        unsafe { push_hit(&mut *record, point, now) };
+        let record = unsafe { &mut *record };
+        if is_start {
+            count_loss(counters::STALE_RECORD);
+            restart(record, tgid);
+        }
+        push_hit(record, point, now);
         return;
     }
-    if !is_target(tgid) {
+    if opens == Opens::Never || !is_target(tgid) {
         return;
     }
     let Some(record) = open_exit(pid, tgid) else {
@@ -60,6 +78,18 @@ fn open_exit(pid: u32, tgid: u32) -> Option<*mut ExitRecord> {
         (*record).ipc_ns = current_ipc_ns();
     }
     Some(record)
+}
+
+/// Starts a record over for a new exit.
+#[inline(always)]
+fn restart(record: &mut ExitRecord, tgid: u32) {
+    record.tgid = tgid;
+    record.n_hits = 0;
+    record.lost_hits = 0;
+    record.flags = 0;
+    record.off_cpu_ns = 0;
+    record.off_since_ns = 0;
+    record.ipc_ns = current_ipc_ns();
 }
 
 /// Appends one hit, or counts it as lost when the record is full.

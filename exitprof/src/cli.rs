@@ -18,7 +18,8 @@ pub struct Cli {
     pub command: Option<Command>,
     #[command(flatten)]
     pub run: RunArgs,
-    /// More diagnostics on stderr (-v: eBPF-side notes and progress, -vv: debug).
+    /// More diagnostics on stderr (-v: what exitprof does, -vv: debug, -vvv: every exit's probe
+    /// hits).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
 }

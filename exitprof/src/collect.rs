@@ -63,6 +63,9 @@ pub struct KernelLosses {
     pub tracked_map_full: u64,
     /// Deferred-work records dropped because their ring buffer was full.
     pub deferred_ringbuf_full: u64,
+    /// Exits whose record was dropped because a new exit with the same thread id started
+    /// before their end was seen.
+    pub stale_records: u64,
 }
 
 impl KernelLosses {
@@ -78,12 +81,13 @@ impl KernelLosses {
             state_map_full: sum(counters::STATE_FULL)?,
             tracked_map_full: sum(counters::TRACKED_FULL)?,
             deferred_ringbuf_full: sum(counters::DEFERRED_RINGBUF_FULL)?,
+            stale_records: sum(counters::STALE_RECORD)?,
         })
     }
 
     /// Exits lost.
     pub fn exits(&self) -> u64 {
-        self.ringbuf_full + self.state_map_full
+        self.ringbuf_full + self.state_map_full + self.stale_records
     }
 }
 

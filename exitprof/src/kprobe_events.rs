@@ -26,13 +26,13 @@ pub struct KprobeEvent {
 
 #[derive(Debug, thiserror::Error)]
 pub enum KprobeEventError {
-    #[error("creating kprobe event {name} on {symbol} via {path}: {source}")]
+    #[error("creating kprobe event {name} on {symbol} via {path}")]
     Create { name: String, symbol: String, path: PathBuf, source: io::Error },
-    #[error("reading the id of kprobe event {name}: {source}")]
+    #[error("reading the id of kprobe event {name}")]
     Id { name: String, source: io::Error },
-    #[error("perf_event_open for kprobe event {name}: {source}")]
+    #[error("perf_event_open for kprobe event {name}")]
     PerfOpen { name: String, source: io::Error },
-    #[error("attaching the eBPF program to kprobe event {name}: {source}")]
+    #[error("attaching the eBPF program to kprobe event {name}")]
     Attach { name: String, source: io::Error },
 }
 
@@ -43,16 +43,16 @@ fn group() -> String {
 
 impl KprobeEvent {
     /// Creates a kprobe (or a kretprobe with `maxactive` instances) on `symbol` and attaches
-    /// the loaded kprobe program `program` to it.
+    /// the loaded kprobe program `program` to it. The event is named after the program, since
+    /// several programs may probe one symbol.
     pub fn attach(
         tracefs: &Path,
+        program_name: &str,
         program: BorrowedFd<'_>,
         symbol: &str,
         ret: Option<u32>,
     ) -> Result<Self, KprobeEventError> {
-        let kind = if ret.is_some() { "r" } else { "p" };
-        let event = format!("{kind}_{}", symbol.replace(['.', '-'], "_"));
-        let name = format!("{}/{event}", group());
+        let name = format!("{}/{program_name}", group());
         let definition = match ret {
             Some(maxactive) => format!("r{maxactive}:{name} {symbol}\n"),
             None => format!("p:{name} {symbol}\n"),
@@ -151,7 +151,7 @@ fn open_tracepoint_event(id: u64) -> io::Result<OwnedFd> {
 pub fn remove_stale(tracefs: &Path) {
     let Ok(events) = fs::read_to_string(tracefs.join("kprobe_events")) else { return };
     for line in events.lines() {
-        // Lines look like `p:exitprof_1234/p_exit_files exit_files`.
+        // Lines look like `p:exitprof_1234/kprobe_enter_exit_files exit_files`.
         let Some(name) =
             line.split_whitespace().next().and_then(|d| d.split_once(':')).map(|(_, n)| n)
         else {

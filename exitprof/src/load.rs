@@ -176,7 +176,8 @@ impl Attacher<'_> {
                 let p: &mut KProbe = prog.try_into()?;
                 p.load()?;
                 let maxactive = ret.then_some(self.options.kretprobe_maxactive);
-                let event = KprobeEvent::attach(self.tracefs, p.fd()?.as_fd(), target, maxactive)?;
+                let event =
+                    KprobeEvent::attach(self.tracefs, program, p.fd()?.as_fd(), target, maxactive)?;
                 self.probes.kprobes.push(event);
             }
             How::Fentry if ret => {

@@ -33,9 +33,14 @@ fn main() -> ExitCode {
     let level = match cli.verbose {
         0 => log::LevelFilter::Warn,
         1 => log::LevelFilter::Info,
-        _ => log::LevelFilter::Debug,
+        2 => log::LevelFilter::Debug,
+        _ => log::LevelFilter::Trace,
     };
-    env_logger::Builder::new().filter_level(level).format_timestamp(None).init();
+    env_logger::Builder::new()
+        .filter_level(log::LevelFilter::Warn)
+        .filter_module("exitprof", level)
+        .format_timestamp(None)
+        .init();
     let result = match cli.command {
         Some(Command::Workload(child)) => workload::run_child(child),
         Some(Command::Plan(args)) => print_plan(&args),

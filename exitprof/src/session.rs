@@ -27,8 +27,11 @@ impl Session {
     /// One exit record.
     pub fn exit_record(&mut self, bytes: &[u8]) {
         match Exit::decode(bytes) {
-            Ok(exit) if (self.excluded)(&exit) => {}
+            Ok(exit) if (self.excluded)(&exit) => {
+                log::trace!("excluded exit of {}/{}: {:?}", exit.tgid, exit.pid, exit.hits);
+            }
             Ok(exit) => {
+                log::trace!("exit of {}/{}: {:?}", exit.tgid, exit.pid, exit.hits);
                 self.profile.add(&exit);
                 self.deferred.exit(&exit);
             }

@@ -40,7 +40,7 @@ pub struct StageNamer {
     probed: HashSet<Point>,
     symbols: HashMap<ExitFn, String>,
     stages: Vec<Stage>,
-    by_key: HashMap<(Point, Point, Option<ExitFn>), usize>,
+    by_key: HashMap<(usize, Point, Point, Option<ExitFn>), usize>,
     by_name: HashMap<String, usize>,
 }
 
@@ -71,6 +71,7 @@ impl StageNamer {
     /// Splits an exit into stage spans, in firing order. Their durations sum to
     /// [`Exit::duration_ns`] exactly.
     pub fn spans(&mut self, exit: &Exit) -> Vec<Span> {
+        let variant = self.path.variant_for(exit.hits.iter().map(|h| h.point));
         let mut open: Vec<ExitFn> = Vec::new();
         let mut spans = Vec::with_capacity(exit.hits.len());
         for pair in exit.hits.windows(2) {
@@ -85,7 +86,7 @@ impl StageNamer {
                 }
                 Point::Marker(_) => {}
             }
-            let stage = self.stage(a.point, b.point, open.last().copied());
+            let stage = self.stage(variant, a.point, b.point, open.last().copied());
             spans.push(Span {
                 stage,
                 ns: b.ts_ns.saturating_sub(a.ts_ns),
@@ -95,8 +96,8 @@ impl StageNamer {
         spans
     }
 
-    fn stage(&mut self, a: Point, b: Point, inside: Option<ExitFn>) -> usize {
-        let key = (a, b, inside);
+    fn stage(&mut self, variant: usize, a: Point, b: Point, inside: Option<ExitFn>) -> usize {
+        let key = (variant, a, b, inside);
         if let Some(&i) = self.by_key.get(&key) {
             return i;
         }
@@ -106,7 +107,7 @@ impl StageNamer {
                 covers: vec![self.symbol(f)],
                 order: (self.position(Point::Enter(f)), self.position(Point::Return(f))),
             },
-            None => self.gap(a, b),
+            None => self.gap(variant, a, b),
         };
         let i = match self.by_name.get(&stage.name) {
             Some(&i) => i,
@@ -120,9 +121,9 @@ impl StageNamer {
         i
     }
 
-    fn gap(&self, a: Point, b: Point) -> Stage {
+    fn gap(&self, variant: usize, a: Point, b: Point) -> Stage {
         let order = (self.position(a), self.position(b));
-        let between = self.path.between(a, b, |p| self.probed.contains(&p));
+        let between = self.path.between(variant, a, b, |p| self.probed.contains(&p));
         let covers: Vec<String> = match between {
             Some(names) => names
                 .into_iter()

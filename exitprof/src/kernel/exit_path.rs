@@ -18,23 +18,45 @@ pub enum Step {
     Work(&'static str),
 }
 
+/// Where a step that moved between kernels sits in one variant of the path.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// Every variant has it here.
+    Fixed,
+    /// Only the variant in which the step moved early.
+    Moved,
+    /// Only the variant in which it did not.
+    Kept,
+}
+
 /// A step, present on the kernels in `[since, until)`.
 struct Entry {
     step: Step,
     since: Option<KernelVersion>,
     until: Option<KernelVersion>,
+    place: Place,
 }
 
 const fn always(step: Step) -> Entry {
-    Entry { step, since: None, until: None }
+    Entry { step, since: None, until: None, place: Place::Fixed }
 }
 
 const fn since(v: (u32, u32), step: Step) -> Entry {
-    Entry { step, since: Some(KernelVersion::new(v.0, v.1, 0)), until: None }
+    Entry { step, since: Some(KernelVersion::new(v.0, v.1, 0)), until: None, place: Place::Fixed }
 }
 
 const fn until(v: (u32, u32), step: Step) -> Entry {
-    Entry { step, since: None, until: Some(KernelVersion::new(v.0, v.1, 0)) }
+    Entry { step, since: None, until: Some(KernelVersion::new(v.0, v.1, 0)), place: Place::Fixed }
+}
+
+/// A step whose place depends on a change that stable kernels backported unevenly: the path
+/// has a variant with it here, and one with it at its `kept` counterpart.
+const fn moved(step: Step) -> Entry {
+    Entry { step, since: None, until: None, place: Place::Moved }
+}
+
+const fn kept(step: Step) -> Entry {
+    Entry { step, since: None, until: None, place: Place::Kept }
 }
 
 const fn m(marker: Marker) -> Step {
@@ -70,9 +92,10 @@ const EXIT_PATH: &[Entry] = &[
     always(ret(ExitFn::TaskstatsExit)),
     // v6.16 (3e816361e94a) moved the tracepoint before exit_mm and gave it `group_dead`.
     since((6, 16), m(Marker::SchedProcessExit)),
-    // Mid-2025 kernels stop perf events before exit_mm ("sampling can touch ->mm").
-    since((6, 17), enter(ExitFn::PerfEventExitTask)),
-    since((6, 17), ret(ExitFn::PerfEventExitTask)),
+    // Mid-2025 kernels stop perf events before exit_mm ("sampling can touch ->mm"); stable
+    // kernels got it too (Debian's 6.1.0-57 and 6.12.117 have it), so both places are kept.
+    moved(enter(ExitFn::PerfEventExitTask)),
+    moved(ret(ExitFn::PerfEventExitTask)),
     always(work("exit_mm")),
     always(enter(ExitFn::AcctProcess)),
     always(ret(ExitFn::AcctProcess)),
@@ -98,8 +121,8 @@ const EXIT_PATH: &[Entry] = &[
     always(enter(ExitFn::ExitThread)),
     always(m(Marker::X86FpuDropped)),
     always(ret(ExitFn::ExitThread)),
-    until((6, 17), enter(ExitFn::PerfEventExitTask)),
-    until((6, 17), ret(ExitFn::PerfEventExitTask)),
+    kept(enter(ExitFn::PerfEventExitTask)),
+    kept(ret(ExitFn::PerfEventExitTask)),
     always(work("sched_autogroup_exit_task")),
     always(enter(ExitFn::CgroupExit)),
     always(ret(ExitFn::CgroupExit)),
@@ -109,48 +132,78 @@ const EXIT_PATH: &[Entry] = &[
     always(ret(ExitFn::ReleaseTask)),
     always(enter(ExitFn::ProcExitConnector)),
     always(ret(ExitFn::ProcExitConnector)),
-    always(work("exit_io_context+exit_rcu")),
+    always(work("exit_io_context")),
+    always(work("exit_rcu")),
     always(m(Marker::DoTaskDead)),
     always(work("__schedule")),
     always(m(Marker::FinalSwitch)),
 ];
 
-/// The exit path of one kernel version.
+/// The exit path of one kernel version, in each variant its moved steps allow (most likely
+/// first).
 #[derive(Clone, Debug)]
 pub struct ExitPath {
-    steps: Vec<Step>,
+    variants: Vec<Vec<Step>>,
 }
 
 impl ExitPath {
     pub fn for_kernel(version: KernelVersion) -> Self {
-        let steps = EXIT_PATH
-            .iter()
-            .filter(|e| e.since.is_none_or(|v| version >= v) && e.until.is_none_or(|v| version < v))
-            .map(|e| e.step)
-            .collect();
-        Self { steps }
+        let on_kernel = |e: &&Entry| {
+            e.since.is_none_or(|v| version >= v) && e.until.is_none_or(|v| version < v)
+        };
+        let variant = |excluded: Place| {
+            EXIT_PATH
+                .iter()
+                .filter(on_kernel)
+                .filter(|e| e.place != excluded)
+                .map(|e| e.step)
+                .collect::<Vec<_>>()
+        };
+        Self { variants: vec![variant(Place::Kept), variant(Place::Moved)] }
     }
 
-    /// Position of a probe point on this kernel's path.
+    /// The first variant in which `points`, in the order they fired, keep the path's order.
+    pub fn variant_for(&self, points: impl Iterator<Item = Point> + Clone) -> usize {
+        (0..self.variants.len())
+            .find(|&v| {
+                let mut last = 0;
+                points.clone().all(|p| match self.position_in(v, p) {
+                    Some(pos) if pos >= last => {
+                        last = pos;
+                        true
+                    }
+                    _ => false,
+                })
+            })
+            .unwrap_or(0)
+    }
+
+    /// Position of a probe point on this kernel's (most likely) path.
     pub fn position(&self, point: Point) -> Option<usize> {
-        self.steps.iter().position(|s| *s == Step::Point(point))
+        self.position_in(0, point)
     }
 
-    /// What lies strictly between two points, when `a` precedes `b` on this path: unprobed work
-    /// and unprobed functions, in order (a probed function that lies between did not run). `None`
-    /// when either point is not on the path, or they came in an order the path does not have.
+    fn position_in(&self, variant: usize, point: Point) -> Option<usize> {
+        self.variants[variant].iter().position(|s| *s == Step::Point(point))
+    }
+
+    /// What lies strictly between two points in a variant, when `a` precedes `b` there:
+    /// unprobed work and unprobed functions, in order (a probed function that lies between did
+    /// not run). `None` when either point is not on the path, or they came in an order the
+    /// path does not have.
     pub fn between(
         &self,
+        variant: usize,
         a: Point,
         b: Point,
         probed: impl Fn(Point) -> bool,
     ) -> Option<Vec<&'static str>> {
-        let (start, end) = (self.position(a)?, self.position(b)?);
+        let (start, end) = (self.position_in(variant, a)?, self.position_in(variant, b)?);
         if start >= end {
             return None;
         }
         let mut names = Vec::new();
-        for step in &self.steps[start + 1..end] {
+        for step in &self.variants[variant][start + 1..end] {
             let name = match *step {
                 Step::Work(what) => what,
                 Step::Point(p @ Point::Enter(f)) if !probed(p) => super::function_slot(f),
@@ -183,8 +236,9 @@ mod tests {
         let old = ExitPath::for_kernel(KernelVersion::new(6, 12, 0));
         let new = ExitPath::for_kernel(KernelVersion::new(6, 18, 0));
         let spe = Point::Marker(Marker::SchedProcessExit);
-        let exit_mm =
-            |path: &ExitPath| path.steps.iter().position(|s| *s == Step::Work("exit_mm")).unwrap();
+        let exit_mm = |path: &ExitPath| {
+            path.variants[0].iter().position(|s| *s == Step::Work("exit_mm")).unwrap()
+        };
         assert!(old.position(spe).unwrap() > exit_mm(&old));
         assert!(new.position(spe).unwrap() < exit_mm(&new));
     }
@@ -201,6 +255,7 @@ mod tests {
         let path = ExitPath::for_kernel(KernelVersion::new(6, 18, 0));
         let between = path
             .between(
+                0,
                 Point::Marker(Marker::SchedProcessExit),
                 Point::Marker(Marker::X86FpuDropped),
                 tracepoints_only,
@@ -226,6 +281,7 @@ mod tests {
         let all = |_| true;
         assert_eq!(
             path.between(
+                0,
                 Point::Return(ExitFn::TaskstatsExit),
                 Point::Enter(ExitFn::AcctProcess),
                 all
@@ -234,18 +290,44 @@ mod tests {
             ["exit_mm"]
         );
         assert_eq!(
-            path.between(Point::Return(ExitFn::ExitSem), Point::Enter(ExitFn::ExitShm), all)
+            path.between(0, Point::Return(ExitFn::ExitSem), Point::Enter(ExitFn::ExitShm), all)
                 .unwrap(),
             Vec::<&str>::new()
         );
     }
 
     #[test]
+    fn the_variant_follows_where_perf_event_exit_task_fired() {
+        let path = ExitPath::for_kernel(KernelVersion::new(6, 12, 0));
+        let early = [
+            Point::Return(ExitFn::TaskstatsExit),
+            Point::Enter(ExitFn::PerfEventExitTask),
+            Point::Return(ExitFn::PerfEventExitTask),
+            Point::Marker(Marker::SchedProcessExit),
+        ];
+        let late = [
+            Point::Return(ExitFn::ExitThread),
+            Point::Enter(ExitFn::PerfEventExitTask),
+            Point::Return(ExitFn::PerfEventExitTask),
+            Point::Enter(ExitFn::CgroupExit),
+        ];
+        let v = path.variant_for(early.iter().copied());
+        assert_eq!(v, 0);
+        assert_eq!(
+            path.between(v, early[2], early[3], |p| matches!(p, Point::Enter(_))).unwrap(),
+            ["exit_mm"]
+        );
+        assert_eq!(path.variant_for(late.iter().copied()), 1);
+    }
+
+    #[test]
     fn out_of_order_points_have_no_gap() {
         let path = ExitPath::for_kernel(KernelVersion::new(6, 1, 0));
         assert!(
-            path.between(Point::Enter(ExitFn::ExitFiles), Point::Enter(ExitFn::ExitSem), |_| true)
-                .is_none()
+            path.between(0, Point::Enter(ExitFn::ExitFiles), Point::Enter(ExitFn::ExitSem), |_| {
+                true
+            })
+            .is_none()
         );
     }
 }

@@ -48,6 +48,8 @@ fn loss_detail(doc: &RunDocument) -> String {
     let parts: Vec<String> = [
         (l.kernel.ringbuf_full, "ring buffer full"),
         (l.kernel.state_map_full, "state map full"),
+        (l.kernel.stale_records, "ends never seen"),
+        (l.kernel.deferred_ringbuf_full, "deferred-work records dropped"),
         (l.undecodable, "undecodable"),
         (l.unfinished, "unfinished"),
         (l.hits, "probe hits over the per-exit limit"),

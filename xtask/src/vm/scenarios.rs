@@ -20,16 +20,49 @@ pub struct Scenario {
     pub check: fn(&Value, &mut Checks),
 }
 
-pub const SCENARIOS: &[Scenario] = &[Scenario {
-    name: "threads-auto",
-    args: &["--threads", "20", "--reps", "3", "--json"],
-    check: |doc, c| {
-        threads_storm(doc, c, 20 * 3);
-        functions_timed(doc, c);
-        // Both test kernels load fentry programs, which auto mode prefers.
-        attached_by(doc, c, "fentry");
+pub const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "plan",
+        args: &["plan", "--json"],
+        check: |doc, c| {
+            // free_ipc_ns is inlined on Debian's 6.1 and 6.12: the plan resolves it to free_ipc.
+            resolved_to(doc, c, "free_ipc_ns", "free_ipc");
+        },
     },
-}];
+    Scenario {
+        name: "threads-auto",
+        args: &["--threads", "20", "--reps", "3", "--json"],
+        check: |doc, c| {
+            threads_storm(doc, c, 20 * 3);
+            functions_timed(doc, c);
+            // Both test kernels load fentry programs, which auto mode prefers.
+            attached_by(doc, c, "fentry");
+        },
+    },
+    Scenario {
+        name: "threads-kprobe",
+        args: &["--attach", "kprobe", "--threads", "20", "--reps", "3", "--json"],
+        check: |doc, c| {
+            threads_storm(doc, c, 20 * 3);
+            functions_timed(doc, c);
+            attached_by(doc, c, "kprobe");
+        },
+    },
+    Scenario {
+        name: "threads-fentry",
+        args: &["--attach", "fentry", "--threads", "20", "--reps", "3", "--json"],
+        check: |doc, c| {
+            threads_storm(doc, c, 20 * 3);
+            functions_timed(doc, c);
+            attached_by(doc, c, "fentry");
+        },
+    },
+    Scenario {
+        name: "threads-tracepoint",
+        args: &["--attach", "tracepoint", "--threads", "20", "--reps", "3", "--json"],
+        check: |doc, c| threads_storm(doc, c, 20 * 3),
+    },
+];
 
 /// What a check found: mismatches (expected vs got) and the key figures for the summary.
 #[derive(Default)]
@@ -63,7 +96,11 @@ impl Checks {
 }
 
 /// Functions the stage table must time on its own on kernels where they can be probed.
-const FUNCTION_STAGES: &[&str] = &["exit_signals", "taskstats_exit", "exit_files", "exit_fs"];
+const FUNCTION_STAGES: &[&str] =
+    &["exit_signals", "taskstats_exit", "exit_files", "exit_fs", "exit_task_namespaces"];
+
+/// Inlined work that must show up as a gap stage of its own between the probed functions.
+const GAP_WORK: &str = "exit_mm";
 
 /// A threads storm of `exits` exits: every exit recorded, none lost, the stages partitioning the
 /// exit.
@@ -102,6 +139,21 @@ fn functions_timed(doc: &Value, c: &mut Checks) {
         if !names.contains(function) {
             c.fail(format!("stages: expected one named {function}, got {names:?}"));
         }
+    }
+    if !names.iter().any(|n| n.split('+').any(|part| part == GAP_WORK)) {
+        c.fail(format!("stages: expected a gap stage covering {GAP_WORK}, got {names:?}"));
+    }
+}
+
+/// In a `plan --json` document, `point` is planned and attached to `target`.
+fn resolved_to(doc: &Value, c: &mut Checks, point: &str, target: &str) {
+    let points = doc["points"].as_array().map(Vec::as_slice).unwrap_or_default();
+    match points.iter().find(|p| p["point"] == point) {
+        Some(p) => {
+            c.equal(&format!("{point} attached to"), target, p["target"].as_str().unwrap_or(""));
+            c.figure(format!("{point} -> {} ({})", p["target"], p["how"]));
+        }
+        None => c.fail(format!("plan: expected {point} among the planned points, got {doc}")),
     }
 }
 
@@ -170,8 +222,14 @@ mod tests {
 
     #[test]
     fn a_complete_storm_passes() {
-        let stages =
-            [("exit_signals", 10), ("taskstats_exit", 20), ("exit_files", 30), ("exit_fs", 40)];
+        let stages = [
+            ("exit_signals", 10),
+            ("taskstats_exit", 20),
+            ("exit_mm+acct_process", 0),
+            ("exit_files", 30),
+            ("exit_fs", 40),
+            ("exit_task_namespaces", 0),
+        ];
         let mut c = Checks::default();
         threads_storm(&doc(60, &stages), &mut c, 60);
         functions_timed(&doc(60, &stages), &mut c);
@@ -181,7 +239,7 @@ mod tests {
             c.figures,
             [
                 "exits 60/60, lost 0",
-                "4 stages",
+                "6 stages",
                 "exit p50 1.5 µs",
                 "probes fentry 1 + btf_tracepoint 1"
             ]
@@ -203,6 +261,8 @@ mod tests {
                 "sum of the stages' total_ns (the exit's total_ns): expected 100, got 40",
                 "stages: expected one named taskstats_exit, got [\"exit_signals\", \"exit_files\"]",
                 "stages: expected one named exit_fs, got [\"exit_signals\", \"exit_files\"]",
+                "stages: expected one named exit_task_namespaces, got [\"exit_signals\", \"exit_files\"]",
+                "stages: expected a gap stage covering exit_mm, got [\"exit_signals\", \"exit_files\"]",
                 "probe \"do_exit\": expected kprobe, got fentry",
             ]
         );
