@@ -11,6 +11,7 @@ mod privileges;
 mod profile;
 mod report;
 mod run;
+mod signals;
 mod stages;
 mod workload;
 

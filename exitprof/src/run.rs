@@ -7,7 +7,6 @@ use std::{
 
 use anyhow::Context as _;
 use serde::Serialize;
-use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::{
     cli::{RunArgs, WorkloadKind},
@@ -18,6 +17,7 @@ use crate::{
     plan::{AttachMode, Plan, Planned},
     privileges,
     profile::Profile,
+    signals::{Signals, signal_name},
     workload::{self, ChildOutcome},
 };
 
@@ -150,33 +150,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<RunOutcome> {
 
     let losses = Losses { kernel, undecodable, unfinished, hits: profile.lost_hits };
     Ok(RunOutcome { plan, args, expected_exits, child, profile, losses, interrupted })
-}
-
-/// SIGINT and SIGTERM, which end a run early but still report it.
-struct Signals {
-    interrupt: Signal,
-    terminate: Signal,
-}
-
-impl Signals {
-    fn new() -> anyhow::Result<Self> {
-        Ok(Self {
-            interrupt: signal(SignalKind::interrupt()).context("handling SIGINT")?,
-            terminate: signal(SignalKind::terminate()).context("handling SIGTERM")?,
-        })
-    }
-
-    /// The next signal's number.
-    async fn next(&mut self) -> i32 {
-        tokio::select! {
-            _ = self.interrupt.recv() => libc::SIGINT,
-            _ = self.terminate.recv() => libc::SIGTERM,
-        }
-    }
-}
-
-fn signal_name(signal: i32) -> &'static str {
-    if signal == libc::SIGINT { "interrupted (SIGINT)" } else { "terminated (SIGTERM)" }
 }
 
 fn is_driver_exit(kind: WorkloadKind, driver: u32, exit: &Exit) -> bool {
