@@ -70,9 +70,9 @@ pub struct ThreadsParams {
 #[derive(Debug, Args)]
 pub struct WorkloadChild {
     /// File descriptor to read one byte from before starting: the parent opens the gate once
-    /// its probes are attached.
+    /// its probes are attached. Without it, the workload starts at once.
     #[arg(long)]
-    pub gate_fd: i32,
+    pub gate_fd: Option<i32>,
     #[command(subcommand)]
     pub workload: ChildWorkload,
 }
@@ -146,7 +146,7 @@ mod tests {
     fn workload_child_parses() {
         let cli = parse(&["__workload", "--gate-fd", "5", "threads", "--threads", "4"]).unwrap();
         let Some(Command::Workload(child)) = cli.command else { panic!("not a workload child") };
-        assert_eq!(child.gate_fd, 5);
+        assert_eq!(child.gate_fd, Some(5));
         let ChildWorkload::Threads(p) = child.workload;
         assert_eq!(p.threads, 4);
     }
