@@ -3,6 +3,8 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::conditions::{Condition, ConditionOptions, Side};
+
 #[derive(Debug, Parser)]
 #[command(
     name = "exitprof",
@@ -26,6 +28,10 @@ pub enum Command {
     /// Runs a workload inside exitprof's child process (internal).
     #[command(name = "__workload", hide = true)]
     Workload(WorkloadChild),
+    /// Holds one side of a condition while a command runs, or until SIGINT or SIGTERM, then
+    /// restores it and prints what it saw as one JSON line (internal: the tests use it).
+    #[command(name = "__condition", hide = true)]
+    Condition(HoldArgs),
 }
 
 /// Profile one storm (the default command).
@@ -80,6 +86,20 @@ pub struct WorkloadChild {
 #[derive(Debug, Subcommand)]
 pub enum ChildWorkload {
     Threads(ThreadsParams),
+}
+
+/// The hidden `__condition` command.
+#[derive(Debug, Args)]
+pub struct HoldArgs {
+    #[arg(value_enum)]
+    pub condition: Condition,
+    #[arg(value_enum)]
+    pub side: Side,
+    #[command(flatten)]
+    pub options: ConditionOptions,
+    /// The command to run while the condition holds.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 fn parse_ringbuf_size(s: &str) -> Result<u32, String> {

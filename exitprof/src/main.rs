@@ -2,8 +2,10 @@
 
 mod cli;
 mod collect;
+mod conditions;
 mod exits;
 mod histogram;
+mod hold;
 mod kernel;
 mod load;
 mod plan;
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
     env_logger::Builder::new().filter_level(level).format_timestamp(None).init();
     let result = match cli.command {
         Some(Command::Workload(child)) => workload::run_child(child),
+        Some(Command::Condition(args)) => hold::run(args),
         None => run_and_report(cli.run),
     };
     match result {
