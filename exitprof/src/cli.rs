@@ -3,7 +3,11 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::{kprobe_events, plan::AttachMode};
+use crate::{
+    conditions::{Condition, ConditionOptions, Side},
+    kprobe_events,
+    plan::AttachMode,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -32,6 +36,10 @@ pub enum Command {
     /// Runs a workload inside exitprof's child process (internal).
     #[command(name = "__workload", hide = true)]
     Workload(WorkloadChild),
+    /// Holds one side of a condition while a command runs, or until SIGINT or SIGTERM, then
+    /// restores it and prints what it saw as one JSON line (internal: the tests use it).
+    #[command(name = "__condition", hide = true)]
+    Condition(HoldArgs),
 }
 
 #[derive(Debug, Args)]
@@ -101,9 +109,9 @@ pub struct ThreadsParams {
 #[derive(Debug, Args)]
 pub struct WorkloadChild {
     /// File descriptor to read one byte from before starting: the parent opens the gate once
-    /// its probes are attached.
+    /// its probes are attached. Without it, the workload starts at once.
     #[arg(long)]
-    pub gate_fd: i32,
+    pub gate_fd: Option<i32>,
     #[command(subcommand)]
     pub workload: ChildWorkload,
 }
@@ -111,6 +119,20 @@ pub struct WorkloadChild {
 #[derive(Debug, Subcommand)]
 pub enum ChildWorkload {
     Threads(ThreadsParams),
+}
+
+/// The hidden `__condition` command.
+#[derive(Debug, Args)]
+pub struct HoldArgs {
+    #[arg(value_enum)]
+    pub condition: Condition,
+    #[arg(value_enum)]
+    pub side: Side,
+    #[command(flatten)]
+    pub options: ConditionOptions,
+    /// The command to run while the condition holds.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 fn parse_ringbuf_size(s: &str) -> Result<u32, String> {
@@ -177,7 +199,7 @@ mod tests {
     fn workload_child_parses() {
         let cli = parse(&["__workload", "--gate-fd", "5", "threads", "--threads", "4"]).unwrap();
         let Some(Command::Workload(child)) = cli.command else { panic!("not a workload child") };
-        assert_eq!(child.gate_fd, 5);
+        assert_eq!(child.gate_fd, Some(5));
         let ChildWorkload::Threads(p) = child.workload;
         assert_eq!(p.threads, 4);
     }

@@ -2,9 +2,11 @@
 
 mod cli;
 mod collect;
+mod conditions;
 mod deferred;
 mod exits;
 mod histogram;
+mod hold;
 mod kernel;
 mod kprobe_events;
 mod load;
@@ -15,6 +17,7 @@ mod prog_stats;
 mod report;
 mod run;
 mod session;
+mod signals;
 mod stages;
 mod verdict;
 mod workload;
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Workload(child)) => workload::run_child(child),
         Some(Command::Plan(args)) => print_plan(&args),
+        Some(Command::Condition(args)) => hold::run(args),
         None => run_and_report(cli.run),
     };
     match result {

@@ -7,7 +7,6 @@ use std::{
 
 use anyhow::Context as _;
 use serde::Serialize;
-use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::{
     cli::{RunArgs, WorkloadKind},
@@ -20,6 +19,7 @@ use crate::{
     privileges,
     profile::Profile,
     session::Session,
+    signals::{Signals, signal_name},
     workload::{self, ChildOutcome},
 };
 
@@ -157,33 +157,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<RunOutcome> {
     let Session { profile, deferred, undecodable, .. } = session;
     let losses = Losses { kernel, undecodable, unfinished, hits: profile.lost_hits, probe_misses };
     Ok(RunOutcome { plan, args, expected_exits, child, profile, deferred, losses, interrupted })
-}
-
-/// SIGINT and SIGTERM, which end a run early but still report it.
-struct Signals {
-    interrupt: Signal,
-    terminate: Signal,
-}
-
-impl Signals {
-    fn new() -> anyhow::Result<Self> {
-        Ok(Self {
-            interrupt: signal(SignalKind::interrupt()).context("handling SIGINT")?,
-            terminate: signal(SignalKind::terminate()).context("handling SIGTERM")?,
-        })
-    }
-
-    /// The next signal's number.
-    async fn next(&mut self) -> i32 {
-        tokio::select! {
-            _ = self.interrupt.recv() => libc::SIGINT,
-            _ = self.terminate.recv() => libc::SIGTERM,
-        }
-    }
-}
-
-fn signal_name(signal: i32) -> &'static str {
-    if signal == libc::SIGINT { "interrupted (SIGINT)" } else { "terminated (SIGTERM)" }
 }
 
 fn is_driver_exit(kind: WorkloadKind, driver: u32, exit: &Exit) -> bool {

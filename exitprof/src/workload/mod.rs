@@ -164,13 +164,14 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// The child side: waits at the gate, then runs the storm. Returns the process exit code.
 pub fn run_child(child: WorkloadChild) -> anyhow::Result<()> {
-    // SAFETY: the parent passed us this descriptor, open and owned by nobody else here.
-    let mut gate = unsafe { File::from_raw_fd(child.gate_fd) };
-    let mut byte = [0u8; 1];
-    if gate.read(&mut byte).context("waiting at the workload gate")? == 0 {
-        bail!("exitprof went away before the storm started");
+    if let Some(gate_fd) = child.gate_fd {
+        // SAFETY: the parent passed us this descriptor, open and owned by nobody else here.
+        let mut gate = unsafe { File::from_raw_fd(gate_fd) };
+        let mut byte = [0u8; 1];
+        if gate.read(&mut byte).context("waiting at the workload gate")? == 0 {
+            bail!("exitprof went away before the storm started");
+        }
     }
-    drop(gate);
     match child.workload {
         ChildWorkload::Threads(params) => {
             threads::run(params).context("threads storm")?;

@@ -1,0 +1,204 @@
+//! Conditions for A/B runs: things exitprof switches on or off around a workload to compare its
+//! exits with and without them, like the 2006 taskstats thread's Yes/No/Ovhd table.
+//!
+//! [`Condition::set`] puts one [`Side`] in place and returns a [`ConditionGuard`], which
+//! restores what was there before: explicitly with [`ConditionGuard::restore`] (which reports
+//! failures and what the side measured), or when it is dropped — at the end of a scope, on an
+//! early `?` return, or while a panic unwinds. Guards are `Send`: a caller can hold them across
+//! an async run.
+//!
+//! Signals: SIGINT and SIGTERM end a process without running destructors unless it handles
+//! them. A caller installs its handlers ([`crate::signals::Signals`]) *before* it sets a
+//! condition and ends its run normally on a signal, so that its guards are dropped. SIGKILL
+//! cannot be handled: a killed run leaves `kernel.task_delayacct` changed, and the next run that
+//! sets it finds the original value on record and restores it (see [`delayacct`]); its taskstats
+//! listener goes with its socket (the kernel drops a listener whose socket is closed at the next
+//! exit it would have sent it).
+
+pub mod delayacct;
+pub mod taskstats_listener;
+
+use clap::{Args, ValueEnum, builder::PossibleValue};
+use serde::{Serialize, Serializer};
+
+use self::{
+    delayacct::{DelayacctError, DelayacctGuard},
+    taskstats_listener::{Listener, ListenerCounts, ListenerError},
+};
+
+/// Something a run can have on or off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Condition {
+    TaskstatsListener,
+    Delayacct,
+    Probes,
+}
+
+/// Which side of a condition a run has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    On,
+    Off,
+}
+
+/// Settings of the conditions, for the commands that set them.
+#[derive(Clone, Copy, Debug, Default, Args)]
+pub struct ConditionOptions {
+    /// Receive buffer of exitprof's taskstats listener socket, in bytes (SO_RCVBUF, or
+    /// SO_RCVBUFFORCE above net.core.rmem_max); default: net.core.rmem_default.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1..=i32::MAX as i64))]
+    pub rcvbuf: Option<u32>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConditionError {
+    #[error("taskstats listener: {0}")]
+    Listener(ListenerError),
+    #[error("delayacct: {0}")]
+    Delayacct(DelayacctError),
+}
+
+impl Condition {
+    pub fn name(self) -> &'static str {
+        match self {
+            Condition::TaskstatsListener => "taskstats-listener",
+            Condition::Delayacct => "delayacct",
+            Condition::Probes => "probes",
+        }
+    }
+
+    pub fn description(self) -> &'static str {
+        match self {
+            Condition::TaskstatsListener => {
+                "a taskstats listener on every CPU that reads every exit message and writes \
+                 nothing (the 2006 thread's `exit_recv -w`)"
+            }
+            Condition::Delayacct => "per-task delay accounting (sysctl kernel.task_delayacct)",
+            Condition::Probes => "exitprof's own probes attached (its overhead on the exits)",
+        }
+    }
+
+    /// Puts `side` of this condition in place until the returned guard restores what was there.
+    pub fn set(
+        self,
+        side: Side,
+        options: &ConditionOptions,
+    ) -> Result<ConditionGuard, ConditionError> {
+        let held = match (self, side) {
+            (Condition::TaskstatsListener, Side::On) => {
+                Held::Listener(Listener::start(options.rcvbuf).map_err(ConditionError::Listener)?)
+            }
+            (Condition::Delayacct, side) => Held::Delayacct(
+                delayacct::set(side == Side::On).map_err(ConditionError::Delayacct)?,
+            ),
+            // Off means no listener of exitprof's; other programs' listeners are theirs.
+            (Condition::TaskstatsListener, Side::Off) => Held::Nothing,
+            // The runner attaches its probes or not, as `probes_attached` says.
+            (Condition::Probes, _) => Held::Nothing,
+        };
+        Ok(ConditionGuard { condition: self, side, held: Some(held) })
+    }
+}
+
+impl ValueEnum for Condition {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Condition::TaskstatsListener, Condition::Delayacct, Condition::Probes]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.name()).help(self.description()))
+    }
+}
+
+impl Serialize for Condition {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+/// One side of a condition, in place until restored or dropped.
+#[must_use = "dropping the guard restores the condition at once"]
+pub struct ConditionGuard {
+    condition: Condition,
+    side: Side,
+    /// `None` once restored.
+    held: Option<Held>,
+}
+
+/// What a side holds that must be given back.
+enum Held {
+    Listener(Listener),
+    Delayacct(DelayacctGuard),
+    Nothing,
+}
+
+/// What a side measured while it was in place.
+#[derive(Debug, Default, Serialize)]
+pub struct Restored {
+    /// The taskstats listener's counts, when this side ran one.
+    pub listener: Option<ListenerCounts>,
+}
+
+impl ConditionGuard {
+    /// Whether the runner attaches its probes under this side: always, except `probes off`.
+    pub fn probes_attached(&self) -> bool {
+        !(self.condition == Condition::Probes && self.side == Side::Off)
+    }
+
+    /// Restores what was there before the side was set.
+    pub fn restore(mut self) -> Result<Restored, ConditionError> {
+        self.held.take().map_or(Ok(Restored::default()), Held::restore)
+    }
+}
+
+impl Held {
+    fn restore(self) -> Result<Restored, ConditionError> {
+        match self {
+            Held::Listener(listener) => {
+                let counts = listener.stop().map_err(ConditionError::Listener)?;
+                Ok(Restored { listener: Some(counts) })
+            }
+            Held::Delayacct(guard) => {
+                guard.restore().map_err(ConditionError::Delayacct)?;
+                Ok(Restored::default())
+            }
+            Held::Nothing => Ok(Restored::default()),
+        }
+    }
+}
+
+impl Drop for ConditionGuard {
+    fn drop(&mut self) {
+        if let Some(held) = self.held.take()
+            && let Err(e) = held.restore()
+        {
+            log::error!("could not restore {}: {e}", self.condition.name());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back() {
+        for &condition in Condition::value_variants() {
+            assert_eq!(Condition::from_str(condition.name(), false), Ok(condition));
+            assert_eq!(serde_json::to_value(condition).unwrap(), condition.name());
+        }
+    }
+
+    #[test]
+    fn only_probes_off_detaches_the_probes() {
+        let options = ConditionOptions::default();
+        for side in [Side::On, Side::Off] {
+            let guard = Condition::Probes.set(side, &options).unwrap();
+            assert_eq!(guard.probes_attached(), side == Side::On);
+        }
+        let guard = Condition::TaskstatsListener.set(Side::Off, &options).unwrap();
+        assert!(guard.probes_attached());
+        assert!(guard.restore().unwrap().listener.is_none());
+    }
+}
