@@ -200,7 +200,8 @@ fn every_format_agrees_with_the_json_report() {
             "{name}: +Inf bucket"
         );
 
-        assert!(svg.lines().any(|l| l.trim() == name), "the figure does not name {name}");
+        let legend = format!("{name} ({} exits)", stage.count);
+        assert!(svg.lines().any(|l| l.trim() == legend), "the figure's legend has no {legend:?}");
     }
     let recorded = prom_samples(&prom, "exitprof_exits_recorded_total");
     assert_eq!(number(&recorded[0].1), doc.exits_recorded as f64, "exitprof_exits_recorded_total");

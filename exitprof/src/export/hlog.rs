@@ -79,7 +79,7 @@ fn describe(set: &ExportSet) -> Vec<String> {
 }
 
 /// The interval tag of a series (see the module documentation).
-pub fn tag(series: &Series) -> String {
+fn tag(series: &Series) -> String {
     let [(_, stage), rest @ ..] = series.tags();
     let mut tag = escape(stage);
     for (name, value) in rest {
