@@ -1,7 +1,11 @@
 //! Command-line interface. Values are checked here, so bad input fails with exit code 2 before
 //! anything is loaded or attached.
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+use clap::{Args, CommandFactory as _, Parser, Subcommand, ValueEnum, error::ErrorKind};
+
+use crate::export::{self, ExportTarget, Format};
 
 use crate::{
     conditions::{Condition, ConditionOptions, Side},
@@ -78,6 +82,14 @@ pub struct RunArgs {
     /// Print one JSON document on stdout instead of the tables.
     #[arg(long)]
     pub json: bool,
+    /// Also write the results to PATH (repeatable), in the format its extension names: .hlog
+    /// (HdrHistogram log), .json (the --json document), .csv (percentiles), .svg (figure), .prom
+    /// (Prometheus text).
+    #[arg(long = "export", value_name = "PATH")]
+    pub exports: Vec<PathBuf>,
+    /// The format of the --export paths whose extension names none.
+    #[arg(long, value_enum, value_name = "FMT", requires = "exports")]
+    pub format: Option<Format>,
     /// Size of the kernel-to-userspace ring buffer for exit records (a power of two).
     #[arg(long, value_name = "BYTES", default_value_t = 16 << 20, value_parser = parse_ringbuf_size)]
     pub ringbuf_bytes: u32,
@@ -133,6 +145,14 @@ pub struct HoldArgs {
     /// The command to run while the condition holds.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+impl RunArgs {
+    /// Each `--export` path with its format; a usage error when a format cannot be told.
+    pub fn export_targets(&self) -> Result<Vec<ExportTarget>, clap::Error> {
+        export::targets(&self.exports, self.format)
+            .map_err(|why| Cli::command().error(ErrorKind::ValueValidation, why))
+    }
 }
 
 fn parse_ringbuf_size(s: &str) -> Result<u32, String> {
@@ -192,6 +212,28 @@ mod tests {
             let err = parse(args).unwrap_err();
             assert_ne!(err.kind(), ErrorKind::DisplayHelp, "{args:?}");
             assert_eq!(err.exit_code(), 2, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn exports_take_their_format_from_the_extension_or_format() {
+        let cli =
+            parse(&["--export", "a.csv", "--export", "dir/b.txt", "--format", "csv"]).unwrap();
+        let targets = cli.run.export_targets().unwrap();
+        let formats: Vec<Format> = targets.iter().map(|t| t.format).collect();
+        assert_eq!(formats, [Format::Csv, Format::Csv]);
+        assert_eq!(targets[1].path, PathBuf::from("dir/b.txt"));
+        assert!(parse(&[]).unwrap().run.export_targets().unwrap().is_empty());
+    }
+
+    #[test]
+    fn exports_of_unknown_format_are_usage_errors() {
+        for args in [&["--export", "out.txt"][..], &["--export", "out.json", "--format", "prom"]] {
+            let err = parse(args).unwrap().run.export_targets().unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{args:?}");
+        }
+        for args in [&["--format", "csv"][..], &["--export", "a.csv", "--format", "xml"]] {
+            assert_eq!(parse(args).unwrap_err().exit_code(), 2, "{args:?}");
         }
     }
 

@@ -1,7 +1,7 @@
 //! Latency histograms (HdrHistogram, ns, 3 significant digits) and their summaries.
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Latencies of one stage (or of the whole exit), with their on/off-CPU split.
 #[derive(Clone, Debug)]
@@ -49,6 +49,63 @@ impl Latency {
             off_cpu_ns: self.off_cpu_ns,
         }
     }
+
+    pub fn buckets(&self) -> Vec<Bucket> {
+        recorded_buckets(&self.hist)
+    }
+}
+
+/// One non-empty HdrHistogram bucket: `count` values from `low_ns` to `high_ns` inclusive, values
+/// the histogram does not tell apart (3 significant digits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bucket {
+    pub low_ns: u64,
+    pub high_ns: u64,
+    pub count: u64,
+}
+
+/// Every non-empty bucket, lowest first. Recording each bucket's `high_ns` `count` times rebuilds
+/// the histogram exactly.
+pub fn recorded_buckets(h: &Histogram<u64>) -> Vec<Bucket> {
+    h.iter_recorded()
+        .map(|v| Bucket {
+            low_ns: h.lowest_equivalent(v.value_iterated_to()),
+            high_ns: v.value_iterated_to(),
+            count: v.count_at_value(),
+        })
+        .collect()
+}
+
+/// One line of HdrHistogram's percentile distribution.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PercentilePoint {
+    /// The quantile level reached, 0 to 1.
+    pub quantile: f64,
+    /// The highest value at that level (the top of its bucket).
+    pub value_ns: u64,
+    /// Values at or below `value_ns`.
+    pub count_at_or_below: u64,
+}
+
+/// HdrHistogram's percentile distribution (`outputPercentileDistribution`): levels that close
+/// half the remaining distance to 100% in `ticks_per_half_distance` steps, so the tail gets as
+/// many points as the body; the last point is level 1 at the maximum. Empty for an empty
+/// histogram.
+pub fn percentile_distribution(
+    h: &Histogram<u64>,
+    ticks_per_half_distance: u32,
+) -> Vec<PercentilePoint> {
+    let mut count_at_or_below = 0;
+    h.iter_quantiles(ticks_per_half_distance)
+        .map(|v| {
+            count_at_or_below += v.count_since_last_iteration();
+            PercentilePoint {
+                quantile: v.quantile_iterated_to(),
+                value_ns: v.value_iterated_to(),
+                count_at_or_below,
+            }
+        })
+        .collect()
 }
 
 /// What a histogram says, in numbers. Percentiles are HdrHistogram's (within 0.1%); mean and
@@ -96,6 +153,50 @@ mod tests {
         assert!(close(s.p99_ns, 990_000), "p99 {}", s.p99_ns);
         assert!(close(s.max_ns, 1_000_000), "max {}", s.max_ns);
         assert_eq!(s.off_cpu_ns, 250_000);
+    }
+
+    #[test]
+    fn buckets_rebuild_the_histogram() {
+        let mut l = Latency::default();
+        for v in [1, 7, 7, 1_000, 2_049, 123_456, 123_457, 9_999_999] {
+            l.record(v, 0);
+        }
+        let buckets = l.buckets();
+        assert_eq!(buckets.iter().map(|b| b.count).sum::<u64>(), 8);
+        // 123456 and 123457 share a bucket at 3 significant digits; 7 was recorded twice.
+        assert_eq!(buckets.len(), 6, "{buckets:?}");
+        assert!(buckets.windows(2).all(|w| w[0].high_ns < w[1].low_ns), "{buckets:?}");
+        assert_eq!(buckets[1], Bucket { low_ns: 7, high_ns: 7, count: 2 });
+        let mut rebuilt = Latency::default().hist;
+        for b in &buckets {
+            assert!(b.low_ns <= b.high_ns);
+            rebuilt.record_n(b.high_ns, b.count).unwrap();
+        }
+        assert_eq!(rebuilt, l.hist);
+    }
+
+    #[test]
+    fn percentile_distribution_ends_at_the_maximum() {
+        let mut l = Latency::default();
+        for v in 1..=10_000u64 {
+            l.record(v * 100, 0);
+        }
+        let points = percentile_distribution(&l.hist, 5);
+        let last = points.last().unwrap();
+        assert_eq!(
+            (last.quantile, last.value_ns, last.count_at_or_below),
+            (1.0, l.hist.max(), 10_000)
+        );
+        assert_eq!(points[0].quantile, 0.0);
+        assert!(points.windows(2).all(|w| w[0].quantile < w[1].quantile
+            && w[0].value_ns <= w[1].value_ns
+            && w[0].count_at_or_below <= w[1].count_at_or_below));
+        // As many points between 99% and 99.9% as between 90% and 99%.
+        let between = |lo: f64, hi: f64| {
+            points.iter().filter(|p| p.quantile >= lo && p.quantile < hi).count()
+        };
+        assert!(between(0.90, 0.99).abs_diff(between(0.99, 0.999)) <= 1, "{points:?}");
+        assert!(percentile_distribution(&Latency::default().hist, 5).is_empty());
     }
 
     #[test]

@@ -5,6 +5,7 @@ mod collect;
 mod conditions;
 mod deferred;
 mod exits;
+mod export;
 mod histogram;
 mod hold;
 mod kernel;
@@ -28,7 +29,9 @@ use clap::Parser as _;
 
 use crate::{
     cli::{Cli, Command},
+    export::{ExportSet, ExportTarget},
     report::{document::RunDocument, plan::PlanDocument, terminal},
+    run::RunOutcome,
 };
 
 fn main() -> ExitCode {
@@ -60,7 +63,7 @@ fn main() -> ExitCode {
 }
 
 fn print_plan(args: &cli::PlanArgs) -> anyhow::Result<()> {
-    run::preflight()?;
+    run::preflight(&[])?;
     let (facts, plan) = run::plan(args.probes.attach, plan::Wants::default())?;
     let doc = PlanDocument::new(&facts, &plan);
     if args.json {
@@ -72,22 +75,54 @@ fn print_plan(args: &cli::PlanArgs) -> anyhow::Result<()> {
 }
 
 fn run_and_report(args: cli::RunArgs) -> anyhow::Result<()> {
+    let exports = args.export_targets().unwrap_or_else(|usage| usage.exit());
     let json = args.json;
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
-    let outcome = runtime.block_on(run::run(args))?;
+    let outcome = runtime.block_on(run::run(args, &exports))?;
     let doc = RunDocument::new(&outcome);
+    let document = serde_json::to_string_pretty(&doc)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        println!("{document}");
     } else {
         print!("{}", terminal::render(&doc));
     }
+    // An interrupted run is exported too: its exports say it is partial.
+    let exported = write_exports(&outcome, &doc, document, &exports);
     if let Some(signal) = outcome.interrupted {
         // The shell convention for death by a signal, after a complete (partial) report.
         std::process::exit(128 + signal);
     }
+    exported?;
     if let Some(failure) = outcome.child.failure() {
         anyhow::bail!("the workload {failure}");
+    }
+    Ok(())
+}
+
+/// Writes every export, each on its own: one that fails is reported and the others are written.
+fn write_exports(
+    outcome: &RunOutcome,
+    doc: &RunDocument,
+    document: String,
+    exports: &[ExportTarget],
+) -> anyhow::Result<()> {
+    if exports.is_empty() {
+        return Ok(());
+    }
+    let set = ExportSet::from_run(outcome, doc, document);
+    let mut failed = 0;
+    for target in exports {
+        match export::write(&set, target) {
+            Ok(()) => log::info!("wrote {} ({})", target.path.display(), target.format),
+            Err(e) => {
+                eprintln!("exitprof: error: {:#}", anyhow::Error::new(e));
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        anyhow::bail!("{failed} of {} exports were not written", exports.len());
     }
     Ok(())
 }

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use crate::{
     exits::Exit,
-    histogram::{Latency, Summary},
+    histogram::Latency,
     plan::Plan,
     stages::{Stage, StageNamer},
 };
@@ -23,12 +23,9 @@ pub struct Profile {
 }
 
 /// One row of the stage table.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct StageRow {
-    #[serde(flatten)]
-    pub stage: Stage,
-    #[serde(flatten)]
-    pub summary: Summary,
+pub struct StageRow<'a> {
+    pub stage: &'a Stage,
+    pub latency: &'a Latency,
     /// This stage's share of the total exit time.
     pub share_of_exit: f64,
 }
@@ -67,26 +64,31 @@ impl Profile {
     }
 
     /// The whole exit.
-    pub fn exit_summary(&self) -> Summary {
-        self.exit.summary()
+    pub fn exit(&self) -> &Latency {
+        &self.exit
     }
 
     /// The stages, in the order the kernel runs them.
-    pub fn rows(&self) -> Vec<StageRow> {
+    pub fn rows(&self) -> Vec<StageRow<'_>> {
         let exit_total = self.exit.total_ns;
-        let mut rows: Vec<StageRow> = self
+        let mut rows: Vec<StageRow<'_>> = self
             .namer
             .stages()
             .iter()
             .zip(&self.stages)
             .map(|(stage, latency)| {
-                let summary = latency.summary();
                 let share =
-                    if exit_total == 0 { 0.0 } else { summary.total_ns as f64 / exit_total as f64 };
-                StageRow { stage: stage.clone(), summary, share_of_exit: share }
+                    if exit_total == 0 { 0.0 } else { latency.total_ns as f64 / exit_total as f64 };
+                StageRow { stage, latency, share_of_exit: share }
             })
             .collect();
         rows.sort_by_key(|r| r.stage.order);
         rows
+    }
+
+    /// Every histogram with its stage name, in kernel order: the whole exit (`exit`) first.
+    pub fn latencies(&self) -> impl Iterator<Item = (&str, &Latency)> {
+        std::iter::once(("exit", &self.exit))
+            .chain(self.rows().into_iter().map(|row| (row.stage.name.as_str(), row.latency)))
     }
 }

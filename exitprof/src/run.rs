@@ -2,7 +2,7 @@
 
 use std::{
     collections::HashSet,
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 use anyhow::Context as _;
@@ -13,6 +13,7 @@ use crate::{
     collect::{self, KernelLosses, RecordStream},
     deferred::DeferredWork,
     exits::Exit,
+    export::{self, ExportTarget},
     kernel::{KernelFacts, tracefs},
     load::{self, LoadOptions},
     plan::{AttachMode, Plan, Planned, Wants},
@@ -32,6 +33,8 @@ pub struct RunOutcome {
     pub args: RunArgs,
     pub expected_exits: u64,
     pub child: ChildOutcome,
+    /// Wall-clock time at which the storm started.
+    pub started_at: SystemTime,
     pub profile: Profile,
     pub deferred: DeferredWork,
     pub losses: Losses,
@@ -60,12 +63,43 @@ impl Losses {
     pub fn exits(&self) -> u64 {
         self.kernel.exits() + self.undecodable + self.unfinished
     }
+
+    /// Every cause: its key in the JSON document, what it loses, and how many.
+    pub fn by_cause(&self) -> [(&'static str, &'static str, u64); 9] {
+        [
+            ("ringbuf_full", "ring buffer full", self.kernel.ringbuf_full),
+            ("state_map_full", "state map full", self.kernel.state_map_full),
+            ("stale_records", "ends never seen", self.kernel.stale_records),
+            ("undecodable", "undecodable", self.undecodable),
+            ("unfinished", "unfinished", self.unfinished),
+            ("hits", "probe hits over the per-exit limit", self.hits),
+            ("probe_misses", "probe hits missed by the kernel", self.probe_misses),
+            ("tracked_map_full", "forks not followed", self.kernel.tracked_map_full),
+            (
+                "deferred_ringbuf_full",
+                "deferred-work records dropped",
+                self.kernel.deferred_ringbuf_full,
+            ),
+        ]
+    }
 }
 
-/// Checks everything that can be checked before loading anything.
-pub fn preflight() -> anyhow::Result<()> {
+impl RunOutcome {
+    /// Exits per second, as the 2006 thread computed it: (created + exited) / elapsed / 2.
+    pub fn exit_rate(&self) -> f64 {
+        let elapsed_s = self.child.elapsed.as_secs_f64();
+        if elapsed_s > 0.0 { self.expected_exits as f64 / elapsed_s } else { 0.0 }
+    }
+}
+
+/// Checks everything that can be checked before loading anything, export paths included: a run
+/// must not be lost to a file it cannot write at the end.
+pub fn preflight(exports: &[ExportTarget]) -> anyhow::Result<()> {
     load::ensure_object_embedded()?;
     privileges::check()?;
+    for target in exports {
+        export::check_writable(&target.path)?;
+    }
     Ok(())
 }
 
@@ -92,8 +126,8 @@ pub fn plan(mode: AttachMode, wants: Wants) -> anyhow::Result<(KernelFacts, Plan
 }
 
 /// Profiles one storm.
-pub async fn run(args: RunArgs) -> anyhow::Result<RunOutcome> {
-    preflight()?;
+pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunOutcome> {
+    preflight(exports)?;
     bump_memlock();
     let wants = Wants { ipc_frees_via_kfree: false };
     let (facts, plan) = plan(args.probes.attach, wants)?;
@@ -113,6 +147,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<RunOutcome> {
     collect::track(&mut probes.ebpf, driver)?;
     let mut signals = Signals::new()?;
     let running = gated.open()?;
+    let started_at = SystemTime::now();
     let driver_kind = args.workload;
     let waiter = tokio::task::spawn_blocking(move || running.wait());
     tokio::pin!(waiter);
@@ -156,7 +191,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<RunOutcome> {
 
     let Session { profile, deferred, undecodable, .. } = session;
     let losses = Losses { kernel, undecodable, unfinished, hits: profile.lost_hits, probe_misses };
-    Ok(RunOutcome { plan, args, expected_exits, child, profile, deferred, losses, interrupted })
+    Ok(RunOutcome {
+        plan,
+        args,
+        expected_exits,
+        child,
+        started_at,
+        profile,
+        deferred,
+        losses,
+        interrupted,
+    })
 }
 
 fn is_driver_exit(kind: WorkloadKind, driver: u32, exit: &Exit) -> bool {
@@ -176,4 +221,18 @@ fn describe_attach(points: &[Planned]) {
     }
     let kinds: Vec<String> = by_how.iter().map(|(h, n)| format!("{h}: {n}")).collect();
     log::info!("attaching {} probe points ({})", points.len(), kinds.join(", "));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_causes_are_the_document_keys() {
+        let losses = Losses::default();
+        let doc = serde_json::to_value(losses).unwrap();
+        let keys: HashSet<&str> = doc.as_object().unwrap().keys().map(String::as_str).collect();
+        let causes: HashSet<&str> = losses.by_cause().iter().map(|&(key, _, _)| key).collect();
+        assert_eq!(causes, keys);
+    }
 }

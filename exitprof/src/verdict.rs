@@ -1,6 +1,6 @@
 //! The verdict: one or two sentences that say where the time went, in words.
 
-use crate::{histogram::Summary, profile::StageRow, report::fmt_ns};
+use crate::{histogram::Latency, profile::StageRow, report::fmt_ns};
 
 /// Below this off-CPU share a stage computes; above it, it mostly waits.
 const MOSTLY_OFF_CPU: f64 = 0.5;
@@ -8,11 +8,12 @@ const MOSTLY_OFF_CPU: f64 = 0.5;
 const WORTH_NAMING: f64 = 0.10;
 
 /// The verdict on one run (or one side of a comparison).
-pub fn run_verdict(exit: &Summary, rows: &[StageRow]) -> String {
+pub fn run_verdict(exit: &Latency, rows: &[StageRow<'_>]) -> String {
+    let exit = exit.summary();
     if exit.count == 0 {
         return "No exits were recorded: nothing to explain.".to_owned();
     }
-    let mut ranked: Vec<&StageRow> = rows.iter().collect();
+    let mut ranked: Vec<&StageRow<'_>> = rows.iter().collect();
     ranked.sort_by(|a, b| b.share_of_exit.total_cmp(&a.share_of_exit));
     let Some(top) = ranked.first() else {
         return format!("{} exits took {} each on average.", exit.count, fmt_ns(exit.mean_ns));
@@ -21,15 +22,15 @@ pub fn run_verdict(exit: &Summary, rows: &[StageRow]) -> String {
         "{} holds {:.0}% of the exit time{}, {}",
         top.stage.name,
         top.share_of_exit * 100.0,
-        occurrence(top.summary.count, exit.count),
-        cpu_phrase(top.summary.off_cpu_share())
+        occurrence(top.latency.hist.len(), exit.count),
+        cpu_phrase(top.latency.summary().off_cpu_share())
     );
     if let Some(next) = ranked.get(1).filter(|r| r.share_of_exit >= WORTH_NAMING) {
         text.push_str(&format!(
             " Next: {} with {:.0}%{}.",
             next.stage.name,
             next.share_of_exit * 100.0,
-            occurrence(next.summary.count, exit.count)
+            occurrence(next.latency.hist.len(), exit.count)
         ));
     }
     text
@@ -59,32 +60,29 @@ pub fn cpu_phrase(off_cpu_share: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{histogram::Latency, stages::Stage};
+    use crate::stages::Stage;
 
-    fn row(name: &str, samples: &[(u64, u64)], exit_total: u128) -> StageRow {
+    fn stage(name: &str) -> Stage {
+        Stage { name: name.to_owned(), covers: vec![], order: (0, 0) }
+    }
+
+    fn latency(samples: &[(u64, u64)]) -> Latency {
         let mut l = Latency::default();
         for &(ns, off) in samples {
             l.record(ns, off);
         }
-        let summary = l.summary();
-        let share = summary.total_ns as f64 / exit_total as f64;
-        StageRow {
-            stage: Stage { name: name.to_owned(), covers: vec![], order: (0, 0) },
-            summary,
-            share_of_exit: share,
-        }
+        l
     }
 
     #[test]
     fn names_the_dominant_stage_and_whether_it_waits() {
-        let mut exit = Latency::default();
-        for _ in 0..10 {
-            exit.record(1_000, 0);
-        }
-        let exit = exit.summary();
+        let exit = latency(&[(1_000, 0); 10]);
+        let (files, mm) = (stage("exit_files"), stage("exit_mm…exit_thread"));
+        let (files_l, mm_l) =
+            (latency(&[(100, 0); 10]), latency(&[(4_500, 4_000), (4_500, 4_000)]));
         let rows = [
-            row("exit_files", &[(100, 0); 10], 10_000),
-            row("exit_mm…exit_thread", &[(4_500, 4_000), (4_500, 4_000)], 10_000),
+            StageRow { stage: &files, latency: &files_l, share_of_exit: 0.1 },
+            StageRow { stage: &mm, latency: &mm_l, share_of_exit: 0.9 },
         ];
         let v = run_verdict(&exit, &rows);
         assert!(

@@ -5,9 +5,8 @@ use serde::Serialize;
 use crate::{
     cli::{ThreadsParams, WorkloadKind},
     deferred::DeferredReport,
-    histogram::Summary,
+    histogram::{Bucket, Latency},
     plan::{AttachMode, Planned, Unplanned},
-    profile::StageRow,
     run::{Losses, RunOutcome},
     verdict::run_verdict,
 };
@@ -63,10 +62,13 @@ pub struct StageDoc {
     pub off_cpu_share: f64,
     /// What the kernel does in this stage.
     pub covers: Vec<String>,
+    /// The histogram: every non-empty bucket, lowest first.
+    pub buckets: Vec<Bucket>,
 }
 
 impl StageDoc {
-    fn new(name: String, s: &Summary, share_of_exit: f64, covers: Vec<String>) -> Self {
+    fn new(name: String, latency: &Latency, share_of_exit: f64, covers: Vec<String>) -> Self {
+        let s = latency.summary();
         Self {
             name,
             count: s.count,
@@ -81,6 +83,7 @@ impl StageDoc {
             share_of_exit,
             off_cpu_share: s.off_cpu_share(),
             covers,
+            buckets: latency.buckets(),
         }
     }
 }
@@ -89,12 +92,17 @@ impl RunDocument {
     pub fn new(run: &RunOutcome) -> Self {
         let elapsed_s = run.child.elapsed.as_secs_f64();
         let recorded = run.profile.exits;
-        let exit = run.profile.exit_summary();
         let rows = run.profile.rows();
-        let verdict = run_verdict(&exit, &rows);
-        let mut stages = vec![StageDoc::new("exit".to_owned(), &exit, 1.0, Vec::new())];
-        stages.extend(rows.into_iter().map(|StageRow { stage, summary, share_of_exit }| {
-            StageDoc::new(stage.name, &summary, share_of_exit, stage.covers)
+        let verdict = run_verdict(run.profile.exit(), &rows);
+        let mut stages =
+            vec![StageDoc::new("exit".to_owned(), run.profile.exit(), 1.0, Vec::new())];
+        stages.extend(rows.into_iter().map(|row| {
+            StageDoc::new(
+                row.stage.name.clone(),
+                row.latency,
+                row.share_of_exit,
+                row.stage.covers.clone(),
+            )
         }));
         Self {
             partial: run.interrupted.is_some(),
@@ -108,7 +116,7 @@ impl RunDocument {
             elapsed_s,
             user_s: run.child.user.as_secs_f64(),
             sys_s: run.child.sys.as_secs_f64(),
-            exit_rate: if elapsed_s > 0.0 { run.expected_exits as f64 / elapsed_s } else { 0.0 },
+            exit_rate: run.exit_rate(),
             stages,
             verdict,
             deferred: run.deferred.report(),

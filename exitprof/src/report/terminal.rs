@@ -44,22 +44,13 @@ pub fn render(doc: &RunDocument) -> String {
 }
 
 fn loss_detail(doc: &RunDocument) -> String {
-    let l = &doc.losses;
-    let parts: Vec<String> = [
-        (l.kernel.ringbuf_full, "ring buffer full"),
-        (l.kernel.state_map_full, "state map full"),
-        (l.kernel.stale_records, "ends never seen"),
-        (l.kernel.deferred_ringbuf_full, "deferred-work records dropped"),
-        (l.undecodable, "undecodable"),
-        (l.unfinished, "unfinished"),
-        (l.hits, "probe hits over the per-exit limit"),
-        (l.probe_misses, "probe hits missed by the kernel"),
-        (l.kernel.tracked_map_full, "forks not followed"),
-    ]
-    .into_iter()
-    .filter(|&(n, _)| n > 0)
-    .map(|(n, what)| format!("{n} {what}"))
-    .collect();
+    let parts: Vec<String> = doc
+        .losses
+        .by_cause()
+        .into_iter()
+        .filter(|&(_, _, n)| n > 0)
+        .map(|(_, what, n)| format!("{n} {what}"))
+        .collect();
     if parts.is_empty() { String::new() } else { format!(" ({})", parts.join(", ")) }
 }
 

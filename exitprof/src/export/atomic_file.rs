@@ -1,0 +1,116 @@
+//! Writing a file atomically: readers see the old file or the whole new one, never a part, and a
+//! failed write (a full disk) leaves nothing behind.
+
+use std::{
+    fs::{self, File, Permissions},
+    io::{self, Write as _},
+    os::unix::fs::PermissionsExt as _,
+    path::Path,
+};
+
+use tempfile::NamedTempFile;
+
+/// Writes `bytes` to `path`: into a temporary file in the same directory, synced, then renamed
+/// over `path`, then the directory synced so that the rename survives a crash. On any error the
+/// temporary file is removed and `path` is left as it was.
+pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = directory_of(path);
+    let mut tmp = temporary_file_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    File::open(dir)?.sync_all()
+}
+
+/// Checks that `path` can be written by [`write`]: not a directory, in a directory that exists
+/// and takes a new file. Returns why not.
+pub fn check_writable(path: &Path) -> Result<(), String> {
+    if path.is_dir() {
+        return Err("it is a directory".to_owned());
+    }
+    let dir = directory_of(path);
+    match fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return Err(format!("{} is not a directory", dir.display())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(format!("directory {} does not exist", dir.display()));
+        }
+        Err(e) => return Err(format!("cannot reach directory {}: {e}", dir.display())),
+    }
+    temporary_file_in(dir)
+        .map(drop)
+        .map_err(|e| format!("cannot create a file in {}: {e}", dir.display()))
+}
+
+/// A hidden temporary file, removed when dropped, with the permissions a new file gets (0666
+/// less the umask) rather than tempfile's private 0600: the export is for other tools and users.
+fn temporary_file_in(dir: &Path) -> io::Result<NamedTempFile> {
+    tempfile::Builder::new()
+        .prefix(".exitprof-")
+        .suffix(".tmp")
+        .permissions(Permissions::from_mode(0o666))
+        .tempfile_in(dir)
+}
+
+fn directory_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn replaces_the_file_whole_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.csv");
+        write(&path, b"first").unwrap();
+        write(&path, b"second, longer").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"second, longer");
+        assert_eq!(entries(dir.path()), ["out.csv"]);
+    }
+
+    #[test]
+    fn new_files_get_the_usual_permissions() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.csv");
+        write(&path, b"x").unwrap();
+        // Read, not set: umask is process-wide and other tests create files meanwhile.
+        let status = fs::read_to_string("/proc/self/status").unwrap();
+        let umask = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Umask:"))
+            .map(|m| u32::from_str_radix(m.trim(), 8).unwrap())
+            .expect("/proc/self/status has Umask");
+        let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o666 & !umask, "mode {mode:o} with umask {umask:o}");
+    }
+
+    #[test]
+    fn unwritable_paths_say_why() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(check_writable(&dir.path().join("ok.json")).is_ok());
+        let missing = dir.path().join("nosuch/out.json");
+        let why = check_writable(&missing).unwrap_err();
+        assert!(why.contains("does not exist") && why.contains("nosuch"), "{why}");
+        assert_eq!(check_writable(dir.path()).unwrap_err(), "it is a directory");
+        let file = dir.path().join("file");
+        fs::write(&file, "").unwrap();
+        let why = check_writable(&file.join("out.json")).unwrap_err();
+        assert!(why.contains("not a directory"), "{why}");
+        assert!(write(&missing, b"x").is_err());
+        assert_eq!(entries(dir.path()), ["file"], "the checks left files behind");
+    }
+}

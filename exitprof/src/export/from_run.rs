@@ -1,0 +1,177 @@
+//! The export set of one profiled run: a single plain variant.
+
+use serde_json::Value;
+
+use super::{ExportSet, RunStats, Series, Variant, Workload};
+use crate::{
+    report::document::{RunDocument, WorkloadDoc},
+    run::RunOutcome,
+};
+
+impl ExportSet {
+    /// The set of one run. `doc` is its `--json` document and `document` that document as
+    /// printed, so every export states the same figures as the report.
+    pub fn from_run(run: &RunOutcome, doc: &RunDocument, document: String) -> Self {
+        let variant = Variant::default();
+        let stats = RunStats {
+            variant: variant.clone(),
+            exits_expected: doc.exits_expected,
+            exits_recorded: doc.exits_recorded,
+            exits_lost: doc.lost,
+            losses: doc.losses.by_cause().iter().map(|&(key, _, n)| (key, n)).collect(),
+            elapsed: run.child.elapsed,
+            user: run.child.user,
+            sys: run.child.sys,
+            exit_rate: doc.exit_rate,
+        };
+        let series = run
+            .profile
+            .latencies()
+            .map(|(stage, latency)| Series {
+                stage: stage.to_owned(),
+                variant: variant.clone(),
+                hist: latency.hist.clone(),
+                sum_ns: latency.total_ns,
+            })
+            .collect();
+        Self {
+            kernel: doc.kernel.clone(),
+            attach: doc.attach,
+            probes: doc.probes.clone(),
+            workload: workload(&doc.workload),
+            started_at: run.started_at,
+            partial: doc.partial,
+            runs: vec![stats],
+            series,
+            document,
+        }
+    }
+}
+
+/// The workload as the document names it: its kind, and every parameter it has, whatever the
+/// workload (so a new workload's parameters are exported without a change here).
+fn workload(doc: &WorkloadDoc) -> Workload {
+    let Ok(Value::Object(fields)) = serde_json::to_value(doc) else {
+        unreachable!("a workload document is a JSON object of plain values")
+    };
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let kind = fields.get("kind").map(text).unwrap_or_default();
+    let params =
+        fields.iter().filter(|(k, _)| *k != "kind").map(|(k, v)| (k.clone(), text(v))).collect();
+    Workload { kind, params }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use clap::Parser as _;
+    use exitprof_common::point::{ExitFn, Marker, Point};
+
+    use super::*;
+    use crate::deferred::DeferredWork;
+    use crate::{
+        cli::{Cli, ThreadsParams, WorkloadKind},
+        exits::{Exit, PointHit},
+        kernel::{exit_path::ExitPath, version::KernelVersion},
+        plan::{AttachMode, How, Plan, Planned, SiteId},
+        profile::Profile,
+        run::Losses,
+        workload::ChildOutcome,
+    };
+
+    /// A run as `run::run` returns it, from 2000 exits with known hits: the start syscall,
+    /// `exit_files` entry and return, the final switch.
+    pub(crate) fn synthetic_run() -> RunOutcome {
+        let planned = |site: SiteId, how, target: &str| Planned {
+            site,
+            point: site.name(),
+            how,
+            target: target.to_owned(),
+            note: None,
+        };
+        let plan = Plan {
+            kernel: "6.18.0-test".to_owned(),
+            mode: AttachMode::Auto,
+            points: vec![
+                planned(
+                    SiteId::Marker(Marker::SysEnterExit),
+                    How::Tracepoint,
+                    "syscalls:sys_enter_exit",
+                ),
+                planned(SiteId::Function(ExitFn::ExitFiles), How::Fentry, "exit_files"),
+                planned(SiteId::Marker(Marker::FinalSwitch), How::BtfTracepoint, "sched_switch"),
+            ],
+            unavailable: Vec::new(),
+            exit_path: ExitPath::for_kernel(KernelVersion::new(6, 18, 0)),
+        };
+        let mut profile = Profile::new(&plan);
+        for i in 0..2_000u64 {
+            let t0 = i * 1_000_000;
+            let hits = [
+                (Point::Marker(Marker::SysEnterExit), t0, 0),
+                (Point::Enter(ExitFn::ExitFiles), t0 + 900 + i % 50 * 10, 0),
+                (Point::Return(ExitFn::ExitFiles), t0 + 3_000 + i % 300 * 20, 0),
+                (Point::Marker(Marker::FinalSwitch), t0 + 10_000 + i * i % 70_000, i % 3 * 1_000),
+            ];
+            profile.add(&Exit {
+                pid: 1_000 + i as u32,
+                tgid: 1_000,
+                flags: 0,
+                lost_hits: 0,
+                cpu: 0,
+                ipc_ns: 0,
+                hits: hits
+                    .map(|(point, ts_ns, off_cpu_ns)| PointHit { point, ts_ns, off_cpu_ns })
+                    .to_vec(),
+            });
+        }
+        let args =
+            Cli::try_parse_from(["exitprof", "--threads", "200", "--reps", "10"]).unwrap().run;
+        RunOutcome {
+            plan,
+            args,
+            expected_exits: 2_000,
+            child: ChildOutcome {
+                status: 0,
+                user: Duration::from_millis(12),
+                sys: Duration::from_millis(150),
+                elapsed: Duration::from_millis(110),
+            },
+            started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000),
+            profile,
+            deferred: DeferredWork::new(true),
+            losses: Losses::default(),
+            interrupted: None,
+        }
+    }
+
+    #[test]
+    fn a_run_is_one_plain_variant_with_the_exit_first() {
+        let run = synthetic_run();
+        let doc = RunDocument::new(&run);
+        let set = ExportSet::from_run(&run, &doc, String::new());
+        assert_eq!(set.stages(), ["exit", "do_exit…exit_shm", "exit_files", "exit_fs…__schedule"]);
+        assert_eq!(set.variants(), [&Variant::default()]);
+        let exit = &set.series[0];
+        assert_eq!((exit.hist.len(), exit.sum_ns), (2_000, run.profile.exit().total_ns));
+        let stage_sum: u128 = set.series[1..].iter().map(|s| s.sum_ns).sum();
+        assert_eq!(stage_sum, exit.sum_ns, "stages partition the exit");
+        assert_eq!(set.runs[0].exits_recorded, 2_000);
+        assert_eq!(set.runs[0].losses.len(), 9);
+    }
+
+    #[test]
+    fn workload_parameters_come_from_the_document() {
+        let doc = WorkloadDoc {
+            kind: WorkloadKind::Threads,
+            threads: ThreadsParams { threads: 1000, reps: 10, stagger_us: 2 },
+        };
+        let w = workload(&doc);
+        assert_eq!(w.kind, "threads");
+        assert_eq!(w.describe(), "threads (threads=1000 reps=10 stagger_us=2)");
+    }
+}

@@ -1,0 +1,274 @@
+//! Prometheus text exposition format (`.prom`), for node_exporter's textfile collector or a
+//! Pushgateway: one histogram per series, and the run's counters and gauges.
+//!
+//! Histogram buckets are fixed, 1-2-5 per decade from 100 ns to 10 s, so runs on different
+//! kernels and machines can be aggregated. Counts are HdrHistogram's (`count_between(0, le)`):
+//! the histogram's own bucket holding a bound counts in full, so a value up to 0.1% above a bound
+//! can count under it. `_sum` is exact.
+
+use std::fmt::Write as _;
+
+use super::{ExportSet, RunStats, Series, Variant};
+
+const LATENCY: &str = "exitprof_exit_stage_latency_seconds";
+
+/// A metric with one sample per run.
+struct RunMetric {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    value: fn(&ExportSet, &RunStats) -> String,
+}
+
+const RUN_METRICS: [RunMetric; 6] = [
+    RunMetric {
+        name: "exitprof_exits_expected_total",
+        kind: "counter",
+        help: "Exits the workload was to produce.",
+        value: |_, r| r.exits_expected.to_string(),
+    },
+    RunMetric {
+        name: "exitprof_exits_recorded_total",
+        kind: "counter",
+        help: "Exits timed and recorded.",
+        value: |_, r| r.exits_recorded.to_string(),
+    },
+    RunMetric {
+        name: "exitprof_exits_lost_total",
+        kind: "counter",
+        help: "Exits lost, all causes together.",
+        value: |_, r| r.exits_lost.to_string(),
+    },
+    RunMetric {
+        name: "exitprof_run_partial",
+        kind: "gauge",
+        help: "1 when the run was interrupted before its workload finished.",
+        value: |set, _| u8::from(set.partial).to_string(),
+    },
+    RunMetric {
+        name: "exitprof_workload_elapsed_seconds",
+        kind: "gauge",
+        help: "Wall-clock time of the storm.",
+        value: |_, r| seconds(r.elapsed.as_nanos()),
+    },
+    RunMetric {
+        name: "exitprof_exit_rate",
+        kind: "gauge",
+        help: "Exits per second during the storm.",
+        value: |_, r| format!("{:.1}", r.exit_rate),
+    },
+];
+
+/// The finite bucket bounds, in ns.
+fn bounds_ns() -> Vec<u64> {
+    let decades = (2..10).map(|exp| 10u64.pow(exp));
+    let mut bounds: Vec<u64> = decades.flat_map(|d| [d, 2 * d, 5 * d]).collect();
+    bounds.push(10_000_000_000);
+    bounds
+}
+
+pub fn encode(set: &ExportSet) -> Vec<u8> {
+    let mut out = String::new();
+    family(
+        &mut out,
+        LATENCY,
+        "histogram",
+        "Time tasks spent in each stage of their exit; stage \"exit\" is the whole exit.",
+    );
+    let bounds = bounds_ns();
+    for series in &set.series {
+        let labels = series_labels(set, series);
+        for &le_ns in &bounds {
+            let count = series.hist.count_between(0, le_ns);
+            let le = seconds(u128::from(le_ns));
+            sample(&mut out, &format!("{LATENCY}_bucket"), &labels, &[("le", &le)], count);
+        }
+        let total = series.hist.len();
+        sample(&mut out, &format!("{LATENCY}_bucket"), &labels, &[("le", "+Inf")], total);
+        sample(&mut out, &format!("{LATENCY}_sum"), &labels, &[], seconds(series.sum_ns));
+        sample(&mut out, &format!("{LATENCY}_count"), &labels, &[], total);
+    }
+
+    for m in RUN_METRICS {
+        family(&mut out, m.name, m.kind, m.help);
+        for run in &set.runs {
+            sample(&mut out, m.name, &run_labels(set, &run.variant), &[], (m.value)(set, run));
+        }
+    }
+
+    let cpu = "exitprof_workload_cpu_seconds";
+    family(&mut out, cpu, "gauge", "CPU time of the storm's process (wait4 rusage), by mode.");
+    for run in &set.runs {
+        for (mode, time) in [("user", run.user), ("sys", run.sys)] {
+            let labels = run_labels(set, &run.variant);
+            sample(&mut out, cpu, &labels, &[("mode", mode)], seconds(time.as_nanos()));
+        }
+    }
+    let losses = "exitprof_losses_total";
+    family(
+        &mut out,
+        losses,
+        "counter",
+        "Records lost, by cause: exits (ringbuf_full, state_map_full, undecodable, unfinished), \
+         probe hits (hits), followed forks (tracked_map_full).",
+    );
+    for run in &set.runs {
+        for (cause, n) in &run.losses {
+            sample(&mut out, losses, &run_labels(set, &run.variant), &[("cause", cause)], n);
+        }
+    }
+    out.into_bytes()
+}
+
+/// Labels of every sample of a run: `condition`, `row` (empty when unset), `workload`, `kernel`,
+/// `attach`.
+fn run_labels(set: &ExportSet, variant: &Variant) -> Vec<(&'static str, String)> {
+    let mut labels: Vec<(&'static str, String)> =
+        variant.tags().iter().map(|&(name, value)| (name, value.to_owned())).collect();
+    labels.push(("workload", set.workload.kind.clone()));
+    labels.push(("kernel", set.kernel.clone()));
+    labels.push(("attach", set.attach.to_string()));
+    labels
+}
+
+fn series_labels(set: &ExportSet, series: &Series) -> Vec<(&'static str, String)> {
+    let mut labels = vec![("stage", series.stage.clone())];
+    labels.extend(run_labels(set, &series.variant));
+    labels
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn sample(
+    out: &mut String,
+    name: &str,
+    labels: &[(&str, String)],
+    extra: &[(&str, &str)],
+    value: impl std::fmt::Display,
+) {
+    let pairs = labels.iter().map(|(k, v)| (*k, v.as_str())).chain(extra.iter().copied());
+    let rendered: Vec<String> = pairs.map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
+    let _ = writeln!(out, "{name}{{{}}} {value}", rendered.join(","));
+}
+
+/// A label value as the format wants it: backslash, double quote and newline escaped.
+fn escape(value: &str) -> String {
+    value.replace('\\', r"\\").replace('"', "\\\"").replace('\n', r"\n")
+}
+
+/// Exact decimal seconds from ns: `0.0000001`, `1.5`, `10`.
+fn seconds(ns: u128) -> String {
+    let (whole, frac) = (ns / 1_000_000_000, ns % 1_000_000_000);
+    if frac == 0 {
+        whole.to_string()
+    } else {
+        format!("{whole}.{}", format!("{frac:09}").trim_end_matches('0'))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openmetrics_parser::{
+        PrometheusType, PrometheusValue, Sample, prometheus::parse_prometheus,
+    };
+
+    use super::*;
+    use crate::{
+        export::tests::two_condition_set,
+        histogram::{Latency, recorded_buckets},
+    };
+
+    fn label(sample: &Sample<PrometheusValue>, name: &str) -> String {
+        let labels = sample.get_labelset().expect("a sample of a family");
+        labels.get_label_value(name).unwrap_or_default().to_owned()
+    }
+
+    #[test]
+    fn bounds_are_1_2_5_from_100ns_to_10s() {
+        let b = bounds_ns();
+        assert_eq!(b.len(), 25);
+        assert_eq!(&b[..4], [100, 200, 500, 1_000]);
+        assert_eq!(b[24], 10_000_000_000);
+        assert_eq!(seconds(100), "0.0000001");
+        assert_eq!(seconds(1_500_000_000), "1.5");
+        assert_eq!(seconds(10_000_000_000), "10");
+        assert_eq!(seconds(0), "0");
+    }
+
+    #[test]
+    fn a_prometheus_parser_reads_every_histogram_back() {
+        let mut set = two_condition_set();
+        // Values with a known place in the buckets: exactly on bounds, just above, far out.
+        // (5_004 does not share 5_000's HdrHistogram bucket, which ends at 5_003.)
+        let known =
+            [100u64, 101, 199, 200, 4_999, 5_000, 5_004, 123_456, 2_000_000_000, 20_000_000_000];
+        let mut l = Latency::default();
+        for v in known {
+            l.record(v, 0);
+        }
+        set.series[0].hist = l.hist;
+        set.series[0].sum_ns = l.total_ns;
+        set.kernel = "6.18.0 \"quoted\" \\ odd".to_owned();
+
+        let text = String::from_utf8(encode(&set)).unwrap();
+        let exposition = parse_prometheus(&text).unwrap_or_else(|e| panic!("{e:?}:\n{text}"));
+        let latency = &exposition.families[LATENCY];
+        assert_eq!(latency.family_type, PrometheusType::Histogram);
+        assert_eq!(latency.iter_samples().count(), set.series.len());
+        let bounds = bounds_ns();
+        for series in &set.series {
+            let sample = latency
+                .iter_samples()
+                .find(|s| {
+                    label(s, "stage") == series.stage
+                        && label(s, "condition")
+                            == series.variant.condition.as_deref().unwrap_or_default()
+                        && label(s, "kernel") == set.kernel
+                })
+                .unwrap_or_else(|| {
+                    panic!("no histogram for {} {:?}", series.stage, series.variant)
+                });
+            let PrometheusValue::Histogram(h) = &sample.value else { panic!("not a histogram") };
+            let what = format!("{} {}", series.stage, series.variant.label());
+            assert_eq!(h.count, Some(series.hist.len()), "{what}");
+            let sum = h.sum.as_ref().unwrap().as_f64();
+            assert!((sum - series.sum_ns as f64 / 1e9).abs() < 1e-9, "{what}: sum {sum}");
+            assert_eq!(h.buckets.len(), bounds.len() + 1, "{what}");
+            let recorded = recorded_buckets(&series.hist);
+            for (bucket, &bound) in h.buckets.iter().zip(&bounds) {
+                assert_eq!(bucket.upper_bound, bound as f64 / 1e9, "{what}");
+                let want: u64 =
+                    recorded.iter().filter(|b| b.low_ns <= bound).map(|b| b.count).sum();
+                let got = bucket.count.as_f64();
+                assert_eq!(got, want as f64, "{what}: le {bound} ns: {got}, histogram {want}");
+            }
+            let inf = h.buckets.last().unwrap();
+            assert!(inf.upper_bound.is_infinite());
+            assert_eq!(inf.count.as_f64(), series.hist.len() as f64);
+        }
+        // The known values, against where they belong.
+        let exit = exposition.families[LATENCY]
+            .iter_samples()
+            .find(|s| label(s, "stage") == "exit" && label(s, "condition") == "on")
+            .unwrap();
+        let PrometheusValue::Histogram(h) = &exit.value else { panic!("not a histogram") };
+        for (bucket, bound) in h.buckets.iter().zip(&bounds) {
+            let want = known.iter().filter(|&&v| v <= *bound).count();
+            assert_eq!(bucket.count.as_f64(), want as f64, "le {bound} ns");
+        }
+
+        let recorded = &exposition.families["exitprof_exits_recorded_total"];
+        assert_eq!(recorded.family_type, PrometheusType::Counter);
+        assert_eq!(recorded.iter_samples().count(), 2);
+        let losses = &exposition.families["exitprof_losses_total"];
+        assert_eq!(losses.iter_samples().count(), 4, "two causes per condition");
+        let partial = &exposition.families["exitprof_run_partial"];
+        for s in partial.iter_samples() {
+            let PrometheusValue::Gauge(g) = &s.value else { panic!("partial is not a gauge") };
+            assert_eq!(g.as_f64(), 0.0);
+        }
+    }
+}
