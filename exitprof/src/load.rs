@@ -7,7 +7,7 @@ use aya::{
     Btf, Ebpf, EbpfLoader,
     programs::{BtfTracePoint, FEntry, FExit, KProbe, TracePoint},
 };
-use exitprof_common::point::Marker;
+use exitprof_common::{point::Marker, sizes::COMM_LEN};
 
 use crate::{
     kernel::{btf::KernelBtf, function_slot},
@@ -33,6 +33,8 @@ pub fn ensure_object_embedded() -> anyhow::Result<()> {
 pub struct LoadOptions {
     /// Record every exit on the machine.
     pub trace_all: bool,
+    /// Record the exits of tasks with this name (NUL-padded; all zero: none).
+    pub target_comm: [u8; COMM_LEN],
     /// Size of the exit-record ring buffer.
     pub ringbuf_bytes: u32,
 }
@@ -56,6 +58,7 @@ pub fn load_and_attach(
     let mut ebpf = EbpfLoader::new()
         .btf(Some(&btf))
         .override_global("TRACE_ALL", &trace_all, true)
+        .override_global("TARGET_COMM", &options.target_comm, true)
         .override_global("TASK_PID_OFFSET", &task_pid_offset, true)
         .map_max_entries("EXITS", options.ringbuf_bytes)
         .load(OBJECT)

@@ -6,25 +6,28 @@ mod exits;
 mod histogram;
 mod kernel;
 mod load;
+mod pidfd;
 mod plan;
 mod privileges;
 mod profile;
+mod progress;
 mod report;
 mod run;
 mod stages;
+mod watch;
 mod workload;
 
-use std::process::ExitCode;
+use std::{io::Write as _, process::ExitCode};
 
-use clap::Parser as _;
+use anyhow::Context as _;
 
 use crate::{
-    cli::{Cli, Command},
+    cli::{Cli, Command, UsageError},
     report::{document::RunDocument, terminal},
 };
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_checked();
     let level = match cli.verbose {
         0 => log::LevelFilter::Warn,
         1 => log::LevelFilter::Info,
@@ -39,7 +42,12 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("exitprof: error: {e:#}");
-            ExitCode::FAILURE
+            // 2: the request cannot be done as asked (fix the command line); 1: it failed.
+            if e.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
@@ -50,17 +58,24 @@ fn run_and_report(args: cli::RunArgs) -> anyhow::Result<()> {
         tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     let outcome = runtime.block_on(run::run(args))?;
     let doc = RunDocument::new(&outcome);
-    if json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-    } else {
-        print!("{}", terminal::render(&doc));
+    let text =
+        if json { serde_json::to_string_pretty(&doc)? + "\n" } else { terminal::render(&doc) };
+    // A reader that went away (`| head`) is not an error worth a report of its own.
+    if let Err(e) = std::io::stdout().write_all(text.as_bytes())
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        return Err(e).context("writing the report");
     }
     if let Some(signal) = outcome.interrupted {
         // The shell convention for death by a signal, after a complete (partial) report.
         std::process::exit(128 + signal);
     }
-    if let Some(failure) = outcome.child.failure() {
-        anyhow::bail!("the workload {failure}");
+    if let Some(failure) = outcome.child.as_ref().and_then(|c| c.failure()) {
+        let what = match outcome.target {
+            cli::Target::Command(_) => "command",
+            _ => "workload",
+        };
+        anyhow::bail!("the {what} {failure}");
     }
     Ok(())
 }

@@ -1,39 +1,76 @@
-//! One profiled storm, end to end: plan, attach, drive the workload, collect, detach.
+//! One profiled run, end to end: check the request, plan, attach, start or find the target,
+//! collect, detach.
 
 use std::{
     collections::HashSet,
+    future::Future,
+    pin::Pin,
     time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
+use exitprof_common::sizes::COMM_LEN;
 use serde::Serialize;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::{
-    cli::{RunArgs, WorkloadKind},
-    collect::{self, ExitStream, KernelLosses},
+    cli::{RunArgs, Storm, Target, UsageError},
+    collect::{self, ExitStream, KernelLosses, monotonic_ns},
     exits::Exit,
     kernel::{KernelFacts, tracefs},
     load::{self, LoadOptions},
+    pidfd::PidFd,
     plan::{AttachMode, Plan, Planned},
     privileges,
     profile::Profile,
-    workload::{self, ChildOutcome},
+    progress::{self, Progress},
+    watch,
+    workload::{
+        self, ChildOutcome, Workload,
+        limits::{self, SystemLimits},
+        threads,
+    },
 };
 
-/// How long to wait, after the workload ended, for its last exits to reach their final switch.
+/// How long to wait, after the target ended, for its last exits to reach their final switch.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Most threads in one burst when measuring how fast this machine can run a storm.
+const BURST_THREADS: u32 = 1000;
 
 /// Everything one run produced.
 pub struct RunOutcome {
     pub plan: Plan,
-    pub args: RunArgs,
-    pub expected_exits: u64,
-    pub child: ChildOutcome,
+    pub target: Target,
+    /// --duration, for targets that do not end by themselves.
+    pub duration: Option<Duration>,
+    pub expected_exits: Option<u64>,
+    /// How exitprof's children ended, for targets it started.
+    pub child: Option<ChildOutcome>,
+    /// From the start of the target (or of watching it) to its end.
+    pub elapsed: Duration,
+    /// What ended the run.
+    pub ended: Ended,
+    /// For --rate: the fastest rate bursts of the storm's threads reached before attaching.
+    pub burst_rate: Option<f64>,
     pub profile: Profile,
     pub losses: Losses,
-    /// The signal (SIGINT or SIGTERM) that cut the run short, if one did.
+    /// The signal (SIGINT or SIGTERM) that cut a workload short, if one did.
     pub interrupted: Option<i32>,
+}
+
+/// What ended a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ended {
+    /// The workload's children ended.
+    WorkloadEnded,
+    /// The watched process exited.
+    ProcessExited,
+    /// --duration elapsed.
+    Duration,
+    /// SIGINT or SIGTERM.
+    Signal,
 }
 
 /// Every way an exit can be missing from the profile.
@@ -85,71 +122,289 @@ pub fn plan(mode: AttachMode) -> anyhow::Result<(KernelFacts, Plan)> {
     Ok((facts, plan))
 }
 
-/// Profiles one storm.
+/// A target checked against the machine, ready to start or watch.
+enum Prepared {
+    Workload(Workload),
+    Pid(u32),
+    Comm([u8; COMM_LEN]),
+    All,
+}
+
+/// Checks the request against the machine before anything is loaded: a storm within the limits,
+/// a reachable --rate, a command that exists, a pid that does. Returns the ready target and, for
+/// --rate, the burst rate measured.
+fn prepare(target: &Target) -> anyhow::Result<(Prepared, Option<f64>)> {
+    match target {
+        Target::Storm(storm) => {
+            let limits = SystemLimits::read().context("reading the system's limits")?;
+            limits::check(storm, &limits).map_err(|e| UsageError(e.to_string()))?;
+            let burst_rate = match storm {
+                Storm::Threads(p) => p.rate.map(|rate| check_rate(rate, p.threads)).transpose()?,
+                _ => None,
+            };
+            Ok((Prepared::Workload(Workload::Storm(*storm)), burst_rate))
+        }
+        Target::Command(argv) => {
+            let name = &argv[0];
+            let path_var = std::env::var_os("PATH");
+            let program = workload::command::resolve(name, path_var.as_deref())
+                .map_err(|e| UsageError(e.to_string()))?;
+            Ok((Prepared::Workload(Workload::Command { program, argv: argv.clone() }), None))
+        }
+        Target::Pid(pid) => {
+            if !watch::process_exists(*pid) {
+                return Err(UsageError(format!("--pid {pid}: no such process")).into());
+            }
+            Ok((Prepared::Pid(*pid), None))
+        }
+        Target::Comm(name) => {
+            let mut comm = [0; COMM_LEN];
+            comm[..name.len()].copy_from_slice(name.as_bytes());
+            Ok((Prepared::Comm(comm), None))
+        }
+        Target::All => Ok((Prepared::All, None)),
+    }
+}
+
+/// Fails when `rate` is beyond what bursts of the storm's threads reach on this machine now,
+/// without probes (which only slow exits down). Returns the best burst rate.
+fn check_rate(rate: u64, threads: u32) -> anyhow::Result<f64> {
+    let burst = threads.min(BURST_THREADS);
+    let mut best: f64 = 0.0;
+    for _ in 0..3 {
+        best = best.max(threads::burst_rate(burst).context("measuring the machine's exit rate")?);
+    }
+    log::info!("{burst}-thread bursts without sleeps reach {best:.0} exits/s");
+    if rate as f64 > best {
+        return Err(UsageError(format!(
+            "--rate {rate} exits/s is out of reach: bursts of {burst} threads with no sleep \
+             reached at most {best:.0} exits/s on this machine just now (without probes, which \
+             only slow exits down); ask for less, or use --stagger-us 0 to run as fast as it goes"
+        ))
+        .into());
+    }
+    Ok(best)
+}
+
+/// Profiles one run.
 pub async fn run(args: RunArgs) -> anyhow::Result<RunOutcome> {
+    let target = args.target();
+    let (prepared, burst_rate) = prepare(&target)?;
     preflight()?;
     bump_memlock();
     let (facts, plan) = plan(AttachMode::Auto)?;
     let btf = facts.btf.as_ref().context("exitprof needs kernel BTF (CONFIG_DEBUG_INFO_BTF)")?;
     describe_attach(&plan.points);
-    let mut probes = load::load_and_attach(
-        &plan,
-        btf,
-        LoadOptions { trace_all: false, ringbuf_bytes: args.ringbuf_bytes },
-    )?;
+    let options = LoadOptions {
+        trace_all: matches!(prepared, Prepared::All),
+        target_comm: match prepared {
+            Prepared::Comm(comm) => comm,
+            _ => [0; COMM_LEN],
+        },
+        ringbuf_bytes: args.ringbuf_bytes,
+    };
+    let mut probes = load::load_and_attach(&plan, btf, options)?;
     let mut stream = ExitStream::take(&mut probes.ebpf)?;
-
-    let expected_exits = workload::expectation(&args).exits;
-    let gated = workload::spawn(&args)?;
-    let driver = gated.pid;
-    collect::track(&mut probes.ebpf, driver)?;
     let mut signals = Signals::new()?;
-    let running = gated.open()?;
-    let driver_kind = args.workload;
-    let waiter = tokio::task::spawn_blocking(move || running.wait());
-    tokio::pin!(waiter);
-    let mut interrupted = None;
 
-    let mut profile = Profile::new(&plan);
-    let mut undecodable = 0;
-    let mut take = |bytes: &[u8]| match Exit::decode(bytes) {
-        // The workload driver's own exit is not part of the storm it drives.
-        Ok(exit) if is_driver_exit(driver_kind, driver, &exit) => {}
-        Ok(exit) => profile.add(&exit),
-        Err(e) => {
-            undecodable += 1;
-            log::warn!("undecodable exit record: {e}");
+    let mut recorder = Recorder::new(&plan);
+    let started = Instant::now();
+    let mut killer = None;
+    let mut end: Pin<Box<dyn Future<Output = anyhow::Result<End>>>> = match prepared {
+        Prepared::Workload(workload) => {
+            let gated = workload::spawn(&workload, args.json)?;
+            collect::track(&mut probes.ebpf, &gated.pids())?;
+            if let Workload::Storm(_) = workload {
+                // The drivers' own exits are not part of the storm they drive.
+                recorder.exclusion.drivers.extend(gated.pids());
+            }
+            let running = gated.open()?;
+            killer = Some(running.killer());
+            let waiter = tokio::task::spawn_blocking(move || running.wait());
+            Box::pin(
+                async move { Ok(End::Reaped(waiter.await.context("workload waiter panicked")??)) },
+            )
+        }
+        Prepared::Pid(pid) => {
+            let exited = PidFd::open(pid).with_context(|| format!("watching pid {pid}"))?;
+            let followed = track_tree(&mut probes.ebpf, pid)?;
+            eprintln!(
+                "exitprof: watching pid {pid} and its descendants ({followed} now){}",
+                until(args.duration, " or until it exits")
+            );
+            Box::pin(async move {
+                tokio::select! {
+                    r = exited.exited() => r.map(|()| End::ProcessExited).context("waiting for the watched process"),
+                    () = sleep_or_forever(args.duration) => Ok(End::Elapsed),
+                }
+            })
+        }
+        Prepared::Comm(_) | Prepared::All => {
+            let what = match &target {
+                Target::Comm(name) => format!("tasks named {name:?}"),
+                _ => "every exit on the machine".to_owned(),
+            };
+            eprintln!("exitprof: watching {what}{}", until(args.duration, ""));
+            Box::pin(async move {
+                sleep_or_forever(args.duration).await;
+                Ok(End::Elapsed)
+            })
         }
     };
-    let child = loop {
+
+    let expected_exits = match &target {
+        Target::Storm(storm) => Workload::Storm(*storm).expected_exits(),
+        _ => None,
+    };
+    let mut progress = Progress::new(expected_exits, !args.json);
+    let mut ticker = tokio::time::interval(progress::INTERVAL);
+    let mut interrupted = None;
+    let end = loop {
         tokio::select! {
-            batch = stream.next_batch(&mut take) => { batch?; }
-            outcome = &mut waiter => break outcome.context("workload waiter panicked")??,
+            batch = stream.next_batch(|bytes| recorder.take(bytes)) => { batch?; }
+            ended = &mut end => break ended?,
             signal = signals.next(), if interrupted.is_none() => {
+                let Some(killer) = &killer else { break End::Signal };
+                progress.finish();
                 eprintln!("exitprof: {}: stopping the workload; partial results follow", signal_name(signal));
                 interrupted = Some(signal);
-                running.kill();
+                killer.kill();
             }
+            _ = ticker.tick(), if progress.is_shown() => progress.update(recorder.profile.exits),
         }
     };
-    // The workload is reaped, but its last threads may not have switched out for good yet.
-    let tgids = HashSet::from([driver]);
+    progress.finish();
+    let elapsed = started.elapsed();
+    // Exits that start from now on are outside the run.
+    let stop_ns = monotonic_ns();
+    recorder.stop_ns = stop_ns;
+
+    // The target has ended, but its last tasks may not have switched out for good yet.
+    let exclusion = recorder.exclusion.clone();
+    let keep = |pid, tgid| !exclusion.excludes(pid, tgid);
     let settle_start = Instant::now();
-    while collect::in_progress(&probes.ebpf, &tgids)? > 0 && settle_start.elapsed() < SETTLE_TIMEOUT
+    while collect::in_progress(&probes.ebpf, stop_ns, keep)? > 0
+        && settle_start.elapsed() < SETTLE_TIMEOUT
     {
-        stream.drain(&mut take);
+        stream.drain(|bytes| recorder.take(bytes));
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    stream.drain(&mut take);
-    let unfinished = collect::in_progress(&probes.ebpf, &tgids)? as u64;
+    stream.drain(|bytes| recorder.take(bytes));
+    let unfinished = collect::in_progress(&probes.ebpf, stop_ns, keep)? as u64;
     let kernel = KernelLosses::read(&probes.ebpf)?;
     let detach_start = Instant::now();
     drop(stream);
     drop(probes);
     log::info!("detached in {} ms", detach_start.elapsed().as_millis());
 
+    let Recorder { profile, undecodable, .. } = recorder;
     let losses = Losses { kernel, undecodable, unfinished, hits: profile.lost_hits };
-    Ok(RunOutcome { plan, args, expected_exits, child, profile, losses, interrupted })
+    let (child, elapsed, ended) = match end {
+        End::Reaped(child) => (Some(child.clone()), child.elapsed, Ended::WorkloadEnded),
+        End::ProcessExited => (None, elapsed, Ended::ProcessExited),
+        End::Elapsed => (None, elapsed, Ended::Duration),
+        End::Signal => (None, elapsed, Ended::Signal),
+    };
+    Ok(RunOutcome {
+        plan,
+        target,
+        duration: args.duration,
+        expected_exits,
+        child,
+        elapsed,
+        ended,
+        burst_rate,
+        profile,
+        losses,
+        interrupted,
+    })
+}
+
+/// How the main loop ended.
+enum End {
+    Reaped(ChildOutcome),
+    ProcessExited,
+    Elapsed,
+    Signal,
+}
+
+/// Folds exit records into the profile, leaving out what is not part of the target.
+struct Recorder {
+    profile: Profile,
+    undecodable: u64,
+    exclusion: Exclusion,
+    /// Exits that start after this are outside the run (CLOCK_MONOTONIC ns).
+    stop_ns: u64,
+}
+
+/// Exits that are never part of a target.
+#[derive(Clone)]
+struct Exclusion {
+    /// Pids of exitprof's storm drivers: a driver's exit is not part of its storm.
+    drivers: HashSet<u32>,
+    /// exitprof's own process (seen with --all).
+    own_tgid: u32,
+}
+
+impl Exclusion {
+    fn excludes(&self, pid: u32, tgid: u32) -> bool {
+        tgid == self.own_tgid || self.drivers.contains(&pid)
+    }
+}
+
+impl Recorder {
+    fn new(plan: &Plan) -> Self {
+        Self {
+            profile: Profile::new(plan),
+            undecodable: 0,
+            exclusion: Exclusion { drivers: HashSet::new(), own_tgid: std::process::id() },
+            stop_ns: u64::MAX,
+        }
+    }
+
+    fn take(&mut self, bytes: &[u8]) {
+        match Exit::decode(bytes) {
+            Ok(exit) if self.exclusion.excludes(exit.pid, exit.tgid) => {}
+            Ok(exit) if exit.hits.first().is_some_and(|h| h.ts_ns > self.stop_ns) => {}
+            Ok(exit) => self.profile.add(&exit),
+            Err(e) => {
+                self.undecodable += 1;
+                log::warn!("undecodable exit record: {e}");
+            }
+        }
+    }
+}
+
+/// Tracks `pid` and every process below it. Repeats the walk until it finds nothing new: a
+/// process forked by one found late may have escaped the kernel-side fork tracking. Returns how
+/// many descendants were found.
+fn track_tree(ebpf: &mut aya::Ebpf, pid: u32) -> anyhow::Result<usize> {
+    collect::track(ebpf, &[pid])?;
+    let mut tracked = HashSet::from([pid]);
+    loop {
+        let found = watch::descendants(pid)
+            .with_context(|| format!("reading /proc for the descendants of {pid}"))?;
+        let new: Vec<u32> = found.into_iter().filter(|p| !tracked.contains(p)).collect();
+        if new.is_empty() {
+            return Ok(tracked.len() - 1);
+        }
+        collect::track(ebpf, &new)?;
+        tracked.extend(new);
+    }
+}
+
+fn until(duration: Option<Duration>, or_else: &str) -> String {
+    match duration {
+        Some(d) => format!(" for {:.1} s{or_else} (Ctrl-C stops it earlier)", d.as_secs_f64()),
+        None => format!(" until Ctrl-C{or_else}"),
+    }
+}
+
+async fn sleep_or_forever(duration: Option<Duration>) {
+    match duration {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// SIGINT and SIGTERM, which end a run early but still report it.
@@ -177,12 +432,6 @@ impl Signals {
 
 fn signal_name(signal: i32) -> &'static str {
     if signal == libc::SIGINT { "interrupted (SIGINT)" } else { "terminated (SIGTERM)" }
-}
-
-fn is_driver_exit(kind: WorkloadKind, driver: u32, exit: &Exit) -> bool {
-    match kind {
-        WorkloadKind::Threads => exit.pid == driver,
-    }
 }
 
 fn describe_attach(points: &[Planned]) {
