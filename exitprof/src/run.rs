@@ -64,7 +64,8 @@ pub struct RunOutcome {
 #[serde(rename_all = "kebab-case")]
 pub enum Ended {
     /// The workload's children ended.
-    WorkloadEnded,
+    #[serde(rename = "workload-ended")]
+    Workload,
     /// The watched process exited.
     ProcessExited,
     /// --duration elapsed.
@@ -300,7 +301,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<RunOutcome> {
     let Recorder { profile, undecodable, .. } = recorder;
     let losses = Losses { kernel, undecodable, unfinished, hits: profile.lost_hits };
     let (child, elapsed, ended) = match end {
-        End::Reaped(child) => (Some(child.clone()), child.elapsed, Ended::WorkloadEnded),
+        End::Reaped(child) => (Some(child.clone()), child.elapsed, Ended::Workload),
         End::ProcessExited => (None, elapsed, Ended::ProcessExited),
         End::Elapsed => (None, elapsed, Ended::Duration),
         End::Signal => (None, elapsed, Ended::Signal),

@@ -1,5 +1,7 @@
-//! Developer and CI automation for exitprof: toolchain setup, running as root, tests.
+//! Developer and CI automation for exitprof: toolchain setup, running as root, tests,
+//! benchmarks.
 
+mod bench;
 mod command;
 mod setup;
 mod test;
@@ -27,6 +29,9 @@ enum Task {
     /// Runs the whole test suite: lints, unit tests, root integration tests on this kernel, and
     /// the VM tests on Debian kernels.
     Test(test::TestArgs),
+    /// Compares exitprof's storm drivers, without probes, with C programs of the seeds'
+    /// semantics (interleaved runs, medians, ratios); writes target/bench-driver.json.
+    BenchDriver(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +40,7 @@ fn main() -> ExitCode {
         Task::Setup => setup::setup().map(|_| ()),
         Task::Run { args } => run(&args),
         Task::Test(args) => test::test(&args),
+        Task::BenchDriver(args) => bench::bench_driver(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
