@@ -106,8 +106,7 @@ pub enum Storm {
     Ipcns(ForkParams),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum WorkloadKind {
     /// N threads x reps, each sleeping (N-i)*stagger us before it exits (the 2006 taskstats
     /// thread's program).

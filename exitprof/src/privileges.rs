@@ -4,7 +4,7 @@ use std::fs;
 
 /// Capability numbers (include/uapi/linux/capability.h).
 pub const CAP_SYS_RESOURCE: u32 = 24;
-const CAP_SYS_ADMIN: u32 = 21;
+pub const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 

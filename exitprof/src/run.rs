@@ -26,7 +26,7 @@ use crate::{
     progress::{self, Progress},
     watch,
     workload::{
-        self, ChildOutcome, Workload,
+        self, ChildOutcome, Killer, Workload,
         limits::{self, SystemLimits},
         threads,
     },
@@ -139,6 +139,13 @@ fn prepare(target: &Target) -> anyhow::Result<(Prepared, Option<f64>)> {
         Target::Storm(storm) => {
             let limits = SystemLimits::read().context("reading the system's limits")?;
             limits::check(storm, &limits).map_err(|e| UsageError(e.to_string()))?;
+            if let Storm::Ipcns(_) = storm
+                && !privileges::has_capability(privileges::CAP_SYS_ADMIN)
+            {
+                anyhow::bail!(
+                    "--workload ipcns needs CAP_SYS_ADMIN: its children unshare(CLONE_NEWIPC)"
+                );
+            }
             let burst_rate = match storm {
                 Storm::Threads(p) => p.rate.map(|rate| check_rate(rate, p.threads)).transpose()?,
                 _ => None,
@@ -210,48 +217,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<RunOutcome> {
 
     let mut recorder = Recorder::new(&plan);
     let started = Instant::now();
-    let mut killer = None;
-    let mut end: Pin<Box<dyn Future<Output = anyhow::Result<End>>>> = match prepared {
-        Prepared::Workload(workload) => {
-            let gated = workload::spawn(&workload, args.json)?;
-            collect::track(&mut probes.ebpf, &gated.pids())?;
-            if let Workload::Storm(_) = workload {
-                // The drivers' own exits are not part of the storm they drive.
-                recorder.exclusion.drivers.extend(gated.pids());
-            }
-            let running = gated.open()?;
-            killer = Some(running.killer());
-            let waiter = tokio::task::spawn_blocking(move || running.wait());
-            Box::pin(
-                async move { Ok(End::Reaped(waiter.await.context("workload waiter panicked")??)) },
-            )
-        }
-        Prepared::Pid(pid) => {
-            let exited = PidFd::open(pid).with_context(|| format!("watching pid {pid}"))?;
-            let followed = track_tree(&mut probes.ebpf, pid)?;
-            eprintln!(
-                "exitprof: watching pid {pid} and its descendants ({followed} now){}",
-                until(args.duration, " or until it exits")
-            );
-            Box::pin(async move {
-                tokio::select! {
-                    r = exited.exited() => r.map(|()| End::ProcessExited).context("waiting for the watched process"),
-                    () = sleep_or_forever(args.duration) => Ok(End::Elapsed),
-                }
-            })
-        }
-        Prepared::Comm(_) | Prepared::All => {
-            let what = match &target {
-                Target::Comm(name) => format!("tasks named {name:?}"),
-                _ => "every exit on the machine".to_owned(),
-            };
-            eprintln!("exitprof: watching {what}{}", until(args.duration, ""));
-            Box::pin(async move {
-                sleep_or_forever(args.duration).await;
-                Ok(End::Elapsed)
-            })
-        }
-    };
+    let Started { mut end, killer } =
+        start(prepared, &target, &args, &mut probes.ebpf, &mut recorder)?;
 
     let expected_exits = match &target {
         Target::Storm(storm) => Workload::Storm(*storm).expected_exits(),
@@ -300,11 +267,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<RunOutcome> {
 
     let Recorder { profile, undecodable, .. } = recorder;
     let losses = Losses { kernel, undecodable, unfinished, hits: profile.lost_hits };
-    let (child, elapsed, ended) = match end {
-        End::Reaped(child) => (Some(child.clone()), child.elapsed, Ended::Workload),
-        End::ProcessExited => (None, elapsed, Ended::ProcessExited),
-        End::Elapsed => (None, elapsed, Ended::Duration),
-        End::Signal => (None, elapsed, Ended::Signal),
+    let (elapsed, child, ended) = match end {
+        End::Reaped(child) => (child.elapsed, Some(child), Ended::Workload),
+        End::ProcessExited => (elapsed, None, Ended::ProcessExited),
+        End::Elapsed => (elapsed, None, Ended::Duration),
+        End::Signal => (elapsed, None, Ended::Signal),
     };
     Ok(RunOutcome {
         plan,
@@ -319,6 +286,71 @@ pub async fn run(args: RunArgs) -> anyhow::Result<RunOutcome> {
         losses,
         interrupted,
     })
+}
+
+/// The target, started or found, with what ends the run.
+struct Started {
+    end: Pin<Box<dyn Future<Output = anyhow::Result<End>>>>,
+    /// Kills exitprof's children, for targets it started.
+    killer: Option<Killer>,
+}
+
+/// Starts the workload's children, or begins to watch processes exitprof did not start.
+fn start(
+    prepared: Prepared,
+    target: &Target,
+    args: &RunArgs,
+    ebpf: &mut aya::Ebpf,
+    recorder: &mut Recorder,
+) -> anyhow::Result<Started> {
+    let duration = args.duration;
+    match prepared {
+        Prepared::Workload(workload) => {
+            let gated = workload::spawn(&workload, args.json)?;
+            collect::track(ebpf, &gated.pids())?;
+            if let Workload::Storm(_) = workload {
+                // The drivers' own exits are not part of the storm they drive.
+                recorder.exclusion.drivers.extend(gated.pids());
+            }
+            let running = gated.open()?;
+            let killer = Some(running.killer());
+            let waiter = tokio::task::spawn_blocking(move || running.wait());
+            let end = Box::pin(async move {
+                Ok(End::Reaped(waiter.await.context("workload waiter panicked")??))
+            });
+            Ok(Started { end, killer })
+        }
+        Prepared::Pid(pid) => {
+            let exited = PidFd::open(pid)
+                .with_context(|| format!("pid {pid} ended before exitprof could watch it"))?;
+            let followed = track_tree(ebpf, pid)?;
+            eprintln!(
+                "exitprof: watching pid {pid} and its descendants ({followed} now){}",
+                until(duration, " or until it exits")
+            );
+            let end = Box::pin(async move {
+                tokio::select! {
+                    r = exited.exited() => {
+                        r.map(|()| End::ProcessExited).context("waiting for the watched process")
+                    }
+                    () = sleep_or_forever(duration) => Ok(End::Elapsed),
+                }
+            });
+            Ok(Started { end, killer: None })
+        }
+        Prepared::Comm(_) | Prepared::All => {
+            let what = match target {
+                Target::Comm(name) => format!("tasks named {name:?}"),
+                _ => "every exit on the machine".to_owned(),
+            };
+            eprintln!("exitprof: watching {what}{}", until(duration, ""));
+            let end = Box::pin(async move {
+                sleep_or_forever(duration).await;
+                Ok(End::Elapsed)
+            });
+            Ok(Started { end, killer: None })
+        }
+    }
 }
 
 /// How the main loop ended.
