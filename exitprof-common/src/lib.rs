@@ -8,3 +8,4 @@ pub mod counters;
 pub mod deferred;
 pub mod point;
 pub mod record;
+pub mod sizes;

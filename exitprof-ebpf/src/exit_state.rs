@@ -1,21 +1,42 @@
 //! The per-task exit state: created at the first probe point of an exit, extended by every later
 //! point, sent to userspace at the final switch-out.
 
-use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id};
+use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id};
 use exitprof_common::{
     counters,
     record::{ExitRecord, FLAG_LATE_START, MAX_HITS, wire_len},
+    sizes::COMM_LEN,
 };
 
 use crate::{
     helpers::{current_ipc_ns, now_ns},
-    maps::{EMPTY_RECORD, EXITING, EXITS, TRACE_ALL, TRACKED, count_loss},
+    maps::{EMPTY_RECORD, EXITING, EXITS, TARGET_COMM, TRACE_ALL, TRACKED, count_loss},
 };
 
-/// Whether exits of this thread group are recorded.
+/// Whether exits of the current task, of thread group `tgid`, are recorded.
 #[inline(always)]
 pub fn is_target(tgid: u32) -> bool {
-    TRACE_ALL.load() != 0 || TRACKED.get_ptr(tgid).is_some()
+    TRACE_ALL.load() != 0 || TRACKED.get_ptr(tgid).is_some() || has_target_comm()
+}
+
+/// Whether the current task's name is `TARGET_COMM` (when one is set).
+#[inline(always)]
+fn has_target_comm() -> bool {
+    let target = TARGET_COMM.load();
+    if target[0] == 0 {
+        return false;
+    }
+    let Ok(comm) = bpf_get_current_comm() else { return false };
+    // Both names are NUL-padded to the full length, so equal names are equal arrays; compared
+    // as two words, which needs no memcmp (eBPF has none).
+    // SAFETY: [u8; 16] and [u64; 2] have the same size, and every bit pattern is valid for both.
+    let (a, b) = unsafe {
+        (
+            core::mem::transmute::<[u8; COMM_LEN], [u64; 2]>(comm),
+            core::mem::transmute::<[u8; COMM_LEN], [u64; 2]>(target),
+        )
+    };
+    a == b
 }
 
 /// Whether a probe point may open a task's exit record.

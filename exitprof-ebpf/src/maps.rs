@@ -5,7 +5,11 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
-use exitprof_common::{counters, record::ExitRecord};
+use exitprof_common::{
+    counters,
+    record::ExitRecord,
+    sizes::{COMM_LEN, TRACKED_PROCESSES},
+};
 
 /// Exits in progress, keyed by thread id.
 #[map]
@@ -19,7 +23,7 @@ pub static EMPTY_RECORD: Array<ExitRecord> = Array::with_max_entries(1, 0);
 /// Thread-group ids whose exits are recorded (unless `TRACE_ALL` is set); the workload's, then
 /// its descendants' as they fork.
 #[map]
-pub static TRACKED: HashMap<u32, u8> = HashMap::with_max_entries(65_536, 0);
+pub static TRACKED: HashMap<u32, u8> = HashMap::with_max_entries(TRACKED_PROCESSES, 0);
 
 /// Finished exit records, to userspace. Resized by userspace at load time.
 #[map]
@@ -36,6 +40,10 @@ pub static TRACE_ALL: Global<u32> = Global::new(0);
 /// Deferred-work records, to userspace.
 #[map]
 pub static DEFERRED: RingBuf = RingBuf::with_byte_size(1024 * 1024, 0);
+
+/// Record the exits of tasks with this name (comm, NUL-padded; all zero: off).
+#[unsafe(no_mangle)]
+pub static TARGET_COMM: Global<[u8; COMM_LEN]> = Global::new([0; COMM_LEN]);
 
 // Kernel structure offsets, from the running kernel's BTF (Rust eBPF has no CO-RE relocations).
 

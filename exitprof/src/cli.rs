@@ -1,14 +1,16 @@
 //! Command-line interface. Values are checked here, so bad input fails with exit code 2 before
 //! anything is loaded or attached.
 
-use std::path::PathBuf;
+use std::{ffi::OsString, path::PathBuf, time::Duration};
 
-use clap::{Args, CommandFactory as _, Parser, Subcommand, ValueEnum, error::ErrorKind};
-
-use crate::export::{self, ExportTarget, Format};
+use clap::{
+    ArgMatches, Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum,
+    error::ErrorKind, parser::ValueSource,
+};
 
 use crate::{
     conditions::{Condition, ConditionOptions, Side},
+    export::{self, ExportTarget, Format},
     kprobe_events,
     plan::AttachMode,
 };
@@ -17,8 +19,9 @@ use crate::{
 #[command(
     name = "exitprof",
     version,
-    about = "Where does the time go when tasks exit? Drives an exit storm, times every exit \
-             inside the kernel stage by stage with eBPF, and reports the latency distribution.",
+    about = "Where does the time go when tasks exit? Drives an exit storm (or watches real \
+             processes), times every exit inside the kernel stage by stage with eBPF, and reports \
+             the latency distribution.",
     args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
@@ -37,7 +40,8 @@ pub enum Command {
     /// Prints the probe plan for the running kernel: every probe point, how it would be
     /// attached and to what, and what is unavailable and why. Nothing is attached.
     Plan(PlanArgs),
-    /// Runs a workload inside exitprof's child process (internal).
+    /// Runs a workload driver in this process (internal; also runs it with no probes at all
+    /// when started directly, which is how the driver benchmark measures it).
     #[command(name = "__workload", hide = true)]
     Workload(WorkloadChild),
     /// Holds one side of a condition while a command runs, or until SIGINT or SIGTERM, then
@@ -69,16 +73,21 @@ pub struct ProbeArgs {
     pub kretprobe_maxactive: u32,
 }
 
-/// Profile one storm (the default command).
+/// Profile one storm or watch real processes (the default command).
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The exit storm to drive.
-    #[arg(long, value_enum, default_value_t = WorkloadKind::Threads)]
-    pub workload: WorkloadKind,
+    #[command(flatten)]
+    pub target: TargetArgs,
     #[command(flatten)]
     pub threads: ThreadsParams,
     #[command(flatten)]
     pub probes: ProbeArgs,
+    #[command(flatten)]
+    pub forks: ForkParams,
+    /// Stop watching after SECS (--pid, --comm, --all; without it they run until Ctrl-C, and
+    /// --pid also until the process exits).
+    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
     /// Print one JSON document on stdout instead of the tables.
     #[arg(long)]
     pub json: bool,
@@ -95,12 +104,66 @@ pub struct RunArgs {
     pub ringbuf_bytes: u32,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+/// Whose exits are profiled: exactly one of these (the threads storm when none is given).
+#[derive(Debug, Args)]
+#[group(id = "target", multiple = false)]
+pub struct TargetArgs {
+    /// The exit storm exitprof drives [default: threads].
+    #[arg(long, value_enum)]
+    pub workload: Option<WorkloadKind>,
+    /// Watch an existing process and its descendants (the ones it has and the ones it forks).
+    #[arg(long, value_name = "PID", value_parser = clap::value_parser!(u32).range(1..=i32::MAX as i64))]
+    pub pid: Option<u32>,
+    /// Watch every task whose name (comm, at most 15 bytes) is NAME.
+    #[arg(long, value_name = "NAME", value_parser = parse_comm)]
+    pub comm: Option<String>,
+    /// Watch every exit on the machine (exitprof's own excepted).
+    #[arg(long)]
+    pub all: bool,
+    /// Run CMD with ARGS and profile the exits of it and all its descendants.
+    #[arg(last = true, value_name = "CMD ARGS")]
+    pub command: Vec<OsString>,
+}
+
+/// A request the machine cannot satisfy as asked (a limit, a missing command or process):
+/// reported like a usage error, with exit status 2, before anything is loaded.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// What a run profiles, once the command line is read.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Target {
+    /// A storm exitprof drives itself.
+    Storm(Storm),
+    /// A program exitprof starts, with its descendants.
+    Command(Vec<OsString>),
+    /// An existing process and its descendants.
+    Pid(u32),
+    /// Tasks by name.
+    Comm(String),
+    /// Every task.
+    All,
+}
+
+/// A storm with its parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Storm {
+    Threads(ThreadsParams),
+    Fork(ForkParams),
+    Ipcns(ForkParams),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum WorkloadKind {
     /// N threads x reps, each sleeping (N-i)*stagger us before it exits (the 2006 taskstats
     /// thread's program).
     Threads,
+    /// Sequential fork + exit + wait in the parent.
+    Fork,
+    /// Sequential fork + unshare(CLONE_NEWIPC) + exit + wait in the parent (the 2012
+    /// CLONE_NEWIPC thread's program).
+    Ipcns,
 }
 
 /// Parameters of the `threads` storm; defaults are the 2006 thread's.
@@ -113,17 +176,140 @@ pub struct ThreadsParams {
     #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
     pub reps: u32,
     /// Thread i of N sleeps (N-i)*stagger microseconds before it exits.
-    #[arg(long, value_name = "US", default_value_t = 2, allow_negative_numbers = true)]
+    #[arg(
+        long,
+        value_name = "US",
+        default_value_t = 2,
+        allow_negative_numbers = true,
+        conflicts_with = "rate"
+    )]
     pub stagger_us: u32,
+    /// Aim at this exit rate: exitprof chooses the stagger, rep by rep, so that the storm's
+    /// (created + exited) / elapsed / 2 reaches it.
+    #[arg(long, value_name = "EXITS_PER_S", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..))]
+    pub rate: Option<u64>,
+}
+
+/// Parameters of the `fork` and `ipcns` storms; defaults are the 2012 thread's.
+#[derive(Clone, Copy, Debug, Args, PartialEq, Eq, serde::Serialize)]
+pub struct ForkParams {
+    /// Child processes forked in all (each exits, and its parent waits for it).
+    #[arg(long, default_value_t = 1024, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
+    pub count: u32,
+    /// Sequential fork loops running at once, each a process of its own, sharing --count.
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
+    pub parallel: u32,
+}
+
+/// Options that apply to one kind of target only: (option id, flag, the kind).
+const OPTION_TARGETS: &[(&str, &str, TargetKind)] = &[
+    ("threads", "--threads", TargetKind::Threads),
+    ("reps", "--reps", TargetKind::Threads),
+    ("stagger_us", "--stagger-us", TargetKind::Threads),
+    ("rate", "--rate", TargetKind::Threads),
+    ("count", "--count", TargetKind::Forks),
+    ("parallel", "--parallel", TargetKind::Forks),
+    ("duration", "--duration", TargetKind::Watch),
+];
+
+/// Targets grouped by the options they take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TargetKind {
+    Threads,
+    Forks,
+    Command,
+    Watch,
+}
+
+impl TargetKind {
+    fn flags(self) -> &'static str {
+        match self {
+            Self::Threads => "--workload threads",
+            Self::Forks => "--workload fork and ipcns",
+            Self::Command => "-- CMD",
+            Self::Watch => "--pid, --comm and --all",
+        }
+    }
+}
+
+impl RunArgs {
+    /// The target the command line names.
+    pub fn target(&self) -> Target {
+        let t = &self.target;
+        if !t.command.is_empty() {
+            return Target::Command(t.command.clone());
+        }
+        if let Some(pid) = t.pid {
+            return Target::Pid(pid);
+        }
+        if let Some(comm) = &t.comm {
+            return Target::Comm(comm.clone());
+        }
+        if t.all {
+            return Target::All;
+        }
+        Target::Storm(match t.workload.unwrap_or(WorkloadKind::Threads) {
+            WorkloadKind::Threads => Storm::Threads(self.threads),
+            WorkloadKind::Fork => Storm::Fork(self.forks),
+            WorkloadKind::Ipcns => Storm::Ipcns(self.forks),
+        })
+    }
+
+    fn target_kind(&self) -> TargetKind {
+        match self.target() {
+            Target::Storm(Storm::Threads(_)) => TargetKind::Threads,
+            Target::Storm(_) => TargetKind::Forks,
+            Target::Command(_) => TargetKind::Command,
+            Target::Pid(_) | Target::Comm(_) | Target::All => TargetKind::Watch,
+        }
+    }
+
+    /// Rejects options given for a target they do not apply to.
+    fn check_options(&self, matches: &ArgMatches) -> Result<(), String> {
+        let kind = self.target_kind();
+        for &(id, flag, applies_to) in OPTION_TARGETS {
+            let given = matches.value_source(id) == Some(ValueSource::CommandLine);
+            if given && applies_to != kind {
+                return Err(format!(
+                    "{flag} applies to {} only, not to {}",
+                    applies_to.flags(),
+                    kind.flags()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Cli {
+    /// Parses the process's arguments; exits with status 2 on bad input.
+    pub fn parse_checked() -> Self {
+        Self::try_parse_checked(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+
+    pub fn try_parse_checked(
+        args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
+    ) -> Result<Self, clap::Error> {
+        let mut command = Self::command();
+        let matches = command.try_get_matches_from_mut(args)?;
+        let cli = Self::from_arg_matches(&matches)?;
+        if cli.command.is_none() {
+            cli.run
+                .check_options(&matches)
+                .map_err(|msg| command.error(ErrorKind::ArgumentConflict, msg))?;
+        }
+        Ok(cli)
+    }
 }
 
 /// The hidden child-process side of a workload.
 #[derive(Debug, Args)]
 pub struct WorkloadChild {
-    /// File descriptor to read one byte from before starting: the parent opens the gate once
-    /// its probes are attached. Without it, the workload starts at once.
+    /// A socket shared with exitprof: the child reads one byte from it before starting (exitprof
+    /// sends it once its probes are attached) and writes its report to it at the end. Without
+    /// it the driver starts at once and reports nothing.
     #[arg(long)]
-    pub gate_fd: Option<i32>,
+    pub channel_fd: Option<i32>,
     #[command(subcommand)]
     pub workload: ChildWorkload,
 }
@@ -131,6 +317,24 @@ pub struct WorkloadChild {
 #[derive(Debug, Subcommand)]
 pub enum ChildWorkload {
     Threads(ThreadsParams),
+    Fork(ChildForks),
+    Ipcns(ChildForks),
+    /// Executes CMD with ARGS in place of the child, keeping its pid.
+    Exec {
+        /// The program to execute, as found on PATH by exitprof.
+        #[arg(long)]
+        program: OsString,
+        /// The command line as given, CMD first.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        argv: Vec<OsString>,
+    },
+}
+
+/// One sequential fork loop.
+#[derive(Clone, Copy, Debug, Args, PartialEq, Eq)]
+pub struct ChildForks {
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub count: u32,
 }
 
 /// The hidden `__condition` command.
@@ -163,22 +367,46 @@ fn parse_ringbuf_size(s: &str) -> Result<u32, String> {
     Ok(n)
 }
 
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if !(secs > 0.0 && secs.is_finite()) {
+        return Err(format!("{s} is not a positive number of seconds"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{e}"))
+}
+
+/// The kernel keeps 15 bytes of a task's name (TASK_COMM_LEN is 16 with the NUL).
+pub const COMM_MAX: usize = 15;
+
+fn parse_comm(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > COMM_MAX || s.contains('\0') {
+        return Err(format!(
+            "{s:?} cannot be a task name: the kernel keeps 1 to {COMM_MAX} bytes without NUL"
+        ));
+    }
+    Ok(s.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
-    use clap::error::ErrorKind;
-
     use super::*;
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
-        Cli::try_parse_from(std::iter::once("exitprof").chain(args.iter().copied()))
+        Cli::try_parse_checked(std::iter::once("exitprof").chain(args.iter().copied()))
+    }
+
+    fn target(args: &[&str]) -> Target {
+        parse(args).unwrap().run.target()
     }
 
     #[test]
     fn defaults_are_the_seed_program() {
         let cli = parse(&[]).unwrap();
-        assert_eq!(cli.run.workload, WorkloadKind::Threads);
-        assert_eq!(cli.run.threads, ThreadsParams { threads: 1000, reps: 10, stagger_us: 2 });
+        let seed = ThreadsParams { threads: 1000, reps: 10, stagger_us: 2, rate: None };
+        assert_eq!(cli.run.target(), Target::Storm(Storm::Threads(seed)));
         assert!(!cli.run.json);
+        let fork = ForkParams { count: 1024, parallel: 1 };
+        assert_eq!(target(&["--workload", "ipcns"]), Target::Storm(Storm::Ipcns(fork)));
     }
 
     #[test]
@@ -195,8 +423,28 @@ mod tests {
             "--json",
         ])
         .unwrap();
-        assert_eq!(cli.run.threads, ThreadsParams { threads: 50, reps: 3, stagger_us: 0 });
+        let params = ThreadsParams { threads: 50, reps: 3, stagger_us: 0, rate: None };
+        assert_eq!(cli.run.target(), Target::Storm(Storm::Threads(params)));
         assert!(cli.run.json);
+        let Target::Storm(Storm::Threads(p)) = target(&["--rate", "5000"]) else { panic!() };
+        assert_eq!(p.rate, Some(5000));
+        assert_eq!(
+            target(&["--workload", "fork", "--count", "64", "--parallel", "2"]),
+            Target::Storm(Storm::Fork(ForkParams { count: 64, parallel: 2 }))
+        );
+    }
+
+    #[test]
+    fn targets_are_read() {
+        assert_eq!(
+            target(&["--", "sh", "-c", "true"]),
+            Target::Command(vec!["sh".into(), "-c".into(), "true".into()])
+        );
+        assert_eq!(target(&["--pid", "42", "--duration", "1.5"]), Target::Pid(42));
+        assert_eq!(target(&["--comm", "nginx"]), Target::Comm("nginx".into()));
+        assert_eq!(target(&["--all"]), Target::All);
+        let cli = parse(&["--all", "--duration", "0.25"]).unwrap();
+        assert_eq!(cli.run.duration, Some(Duration::from_millis(250)));
     }
 
     #[test]
@@ -208,6 +456,14 @@ mod tests {
             &["--workload", "nosuch"],
             &["--stagger-us", "x"],
             &["--ringbuf-bytes", "5000"],
+            &["--rate", "0"],
+            &["--workload", "fork", "--count", "0"],
+            &["--workload", "fork", "--parallel", "0"],
+            &["--pid", "0"],
+            &["--comm", "a-name-longer-than-15"],
+            &["--comm", ""],
+            &["--all", "--duration", "0"],
+            &["--all", "--duration", "-1"],
         ] {
             let err = parse(args).unwrap_err();
             assert_ne!(err.kind(), ErrorKind::DisplayHelp, "{args:?}");
@@ -238,11 +494,47 @@ mod tests {
     }
 
     #[test]
+    fn one_target_at_a_time() {
+        for args in [
+            &["--workload", "fork", "--all"][..],
+            &["--pid", "1", "--comm", "x"],
+            &["--all", "--", "true"],
+            &["--workload", "threads", "--", "true"],
+        ] {
+            let err = parse(args).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::ArgumentConflict, "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn options_must_fit_their_target() {
+        for (args, flag) in [
+            (&["--workload", "fork", "--threads", "5"][..], "--threads"),
+            (&["--count", "5"], "--count"),
+            (&["--all", "--parallel", "2"], "--parallel"),
+            (&["--duration", "1"], "--duration"),
+            (&["--duration", "1", "--", "true"], "--duration"),
+            (&["--pid", "1", "--rate", "10"], "--rate"),
+            (&["--rate", "10", "--stagger-us", "3"], "--stagger-us"),
+        ] {
+            let err = parse(args).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{args:?}");
+            assert!(err.to_string().contains(flag), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
     fn workload_child_parses() {
-        let cli = parse(&["__workload", "--gate-fd", "5", "threads", "--threads", "4"]).unwrap();
+        let cli = parse(&["__workload", "--channel-fd", "5", "threads", "--threads", "4"]).unwrap();
         let Some(Command::Workload(child)) = cli.command else { panic!("not a workload child") };
-        assert_eq!(child.gate_fd, Some(5));
-        let ChildWorkload::Threads(p) = child.workload;
+        assert_eq!(child.channel_fd, Some(5));
+        let ChildWorkload::Threads(p) = child.workload else { panic!("not threads") };
         assert_eq!(p.threads, 4);
+        let cli =
+            parse(&["__workload", "exec", "--program", "/bin/sh", "sh", "-c", "true"]).unwrap();
+        let Some(Command::Workload(child)) = cli.command else { panic!("not a workload child") };
+        let ChildWorkload::Exec { program, argv } = child.workload else { panic!("not exec") };
+        assert_eq!(program, "/bin/sh");
+        assert_eq!(argv, ["sh", "-c", "true"]);
     }
 }

@@ -1,8 +1,6 @@
 //! Reading what the kernel side produced: exit records from the ring buffer, loss counters, and
 //! exits still in progress.
 
-use std::collections::HashSet;
-
 use anyhow::Context as _;
 use aya::{
     Ebpf,
@@ -98,23 +96,39 @@ pub fn decode_deferred(bytes: &[u8]) -> Option<DeferredRecord> {
         .then(|| unsafe { bytes.as_ptr().cast::<DeferredRecord>().read_unaligned() })
 }
 
-/// Thread groups whose exits are recorded.
-pub fn track(ebpf: &mut Ebpf, tgid: u32) -> anyhow::Result<()> {
+/// Records the exits of these thread groups, and of the processes they fork from now on.
+pub fn track(ebpf: &mut Ebpf, tgids: &[u32]) -> anyhow::Result<()> {
     let mut tracked: HashMap<_, u32, u8> =
         HashMap::try_from(ebpf.map_mut("TRACKED").context("the eBPF object has no TRACKED map")?)?;
-    tracked.insert(tgid, 1, 0).with_context(|| format!("tracking pid {tgid}"))
+    for &tgid in tgids {
+        tracked.insert(tgid, 1, 0).with_context(|| format!("tracking pid {tgid}"))?;
+    }
+    Ok(())
 }
 
-/// Exits still in progress in the given thread groups.
-pub fn in_progress(ebpf: &Ebpf, tgids: &HashSet<u32>) -> anyhow::Result<usize> {
+/// Exits in progress that started at or before `until_ns` (CLOCK_MONOTONIC), of tasks `keep`
+/// accepts (by pid and tgid).
+pub fn in_progress(
+    ebpf: &Ebpf,
+    until_ns: u64,
+    keep: impl Fn(u32, u32) -> bool,
+) -> anyhow::Result<usize> {
     let exiting: HashMap<_, u32, ExitRecord> =
         HashMap::try_from(ebpf.map("EXITING").context("the eBPF object has no EXITING map")?)?;
     let mut n = 0;
     for entry in exiting.iter() {
         let (_, record) = entry.context("reading exits in progress")?;
-        if tgids.contains(&record.tgid) {
+        if record.n_hits > 0 && record.hits[0].ts_ns <= until_ns && keep(record.pid, record.tgid) {
             n += 1;
         }
     }
     Ok(n)
+}
+
+/// CLOCK_MONOTONIC now, in ns: the clock of the kernel side's timestamps.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec to fill in; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -7,7 +7,7 @@ use aya::{
     Btf, Ebpf, EbpfLoader,
     programs::{BtfTracePoint, FEntry, FExit, KProbe, Program, TracePoint},
 };
-use exitprof_common::point::Marker;
+use exitprof_common::{point::Marker, sizes::COMM_LEN};
 
 use crate::{
     kernel::KernelFacts,
@@ -35,6 +35,8 @@ pub fn ensure_object_embedded() -> anyhow::Result<()> {
 pub struct LoadOptions {
     /// Record every exit on the machine.
     pub trace_all: bool,
+    /// Record the exits of tasks with this name (NUL-padded; all zero: none).
+    pub target_comm: [u8; COMM_LEN],
     /// Size of the exit-record ring buffer.
     pub ringbuf_bytes: u32,
     /// Instances per kretprobe: how many tasks can be inside one probed function at once.
@@ -90,6 +92,7 @@ pub fn load_and_attach(
     let ebpf = EbpfLoader::new()
         .btf(Some(&btf))
         .override_global("TRACE_ALL", &trace_all, true)
+        .override_global("TARGET_COMM", &options.target_comm, true)
         .override_global("TASK_PID_OFFSET", &task_pid, true)
         .override_global("TASK_TGID_OFFSET", &task_tgid, true)
         .override_global("TASK_NSPROXY_OFFSET", &task_nsproxy, true)

@@ -11,31 +11,34 @@ mod hold;
 mod kernel;
 mod kprobe_events;
 mod load;
+mod pidfd;
 mod plan;
 mod privileges;
 mod profile;
 mod prog_stats;
+mod progress;
 mod report;
 mod run;
 mod session;
 mod signals;
 mod stages;
 mod verdict;
+mod watch;
 mod workload;
 
-use std::process::ExitCode;
+use std::{io::Write as _, process::ExitCode};
 
-use clap::Parser as _;
+use anyhow::Context as _;
 
 use crate::{
-    cli::{Cli, Command},
+    cli::{Cli, Command, UsageError},
     export::{ExportSet, ExportTarget},
     report::{document::RunDocument, plan::PlanDocument, terminal},
     run::RunOutcome,
 };
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_checked();
     let level = match cli.verbose {
         0 => log::LevelFilter::Warn,
         1 => log::LevelFilter::Info,
@@ -57,7 +60,12 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("exitprof: error: {e:#}");
-            ExitCode::FAILURE
+            // 2: the request cannot be done as asked (fix the command line); 1: it failed.
+            if e.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
@@ -82,10 +90,12 @@ fn run_and_report(args: cli::RunArgs) -> anyhow::Result<()> {
     let outcome = runtime.block_on(run::run(args, &exports))?;
     let doc = RunDocument::new(&outcome);
     let document = serde_json::to_string_pretty(&doc)?;
-    if json {
-        println!("{document}");
-    } else {
-        print!("{}", terminal::render(&doc));
+    let text = if json { format!("{document}\n") } else { terminal::render(&doc) };
+    // A reader that went away (`| head`) is not an error worth a report of its own.
+    if let Err(e) = std::io::stdout().write_all(text.as_bytes())
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        return Err(e).context("writing the report");
     }
     // An interrupted run is exported too: its exports say it is partial.
     let exported = write_exports(&outcome, &doc, document, &exports);
@@ -94,8 +104,12 @@ fn run_and_report(args: cli::RunArgs) -> anyhow::Result<()> {
         std::process::exit(128 + signal);
     }
     exported?;
-    if let Some(failure) = outcome.child.failure() {
-        anyhow::bail!("the workload {failure}");
+    if let Some(failure) = outcome.child.as_ref().and_then(|c| c.failure()) {
+        let what = match outcome.target {
+            cli::Target::Command(_) => "command",
+            _ => "workload",
+        };
+        anyhow::bail!("the {what} {failure}");
     }
     Ok(())
 }

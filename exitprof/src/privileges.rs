@@ -3,7 +3,8 @@
 use std::fs;
 
 /// Capability numbers (include/uapi/linux/capability.h).
-const CAP_SYS_ADMIN: u32 = 21;
+pub const CAP_SYS_RESOURCE: u32 = 24;
+pub const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
@@ -27,6 +28,12 @@ fn effective_capabilities() -> u64 {
                 .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
         })
         .unwrap_or(0)
+}
+
+/// Whether this process holds `cap` (and CAP_SYS_ADMIN, which implies most).
+pub fn has_capability(cap: u32) -> bool {
+    let caps = effective_capabilities();
+    caps & (1 << cap) != 0 || caps & (1 << CAP_SYS_ADMIN) != 0
 }
 
 /// Fails with a message naming the missing capabilities.

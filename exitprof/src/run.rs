@@ -1,45 +1,82 @@
-//! One profiled storm, end to end: plan, attach, drive the workload, collect, detach.
+//! One profiled run, end to end: check the request, plan, attach, start or find the target,
+//! collect, detach.
 
 use std::{
     collections::HashSet,
+    future::Future,
+    pin::Pin,
     time::{Duration, Instant, SystemTime},
 };
 
 use anyhow::Context as _;
+use exitprof_common::sizes::COMM_LEN;
 use serde::Serialize;
 
 use crate::{
-    cli::{RunArgs, WorkloadKind},
-    collect::{self, KernelLosses, RecordStream},
+    cli::{RunArgs, Storm, Target, UsageError},
+    collect::{self, KernelLosses, RecordStream, monotonic_ns},
     deferred::DeferredWork,
-    exits::Exit,
     export::{self, ExportTarget},
     kernel::{KernelFacts, tracefs},
     load::{self, LoadOptions},
+    pidfd::PidFd,
     plan::{AttachMode, Plan, Planned, Wants},
     privileges,
     profile::Profile,
+    progress::{self, Progress},
     session::Session,
     signals::{Signals, signal_name},
-    workload::{self, ChildOutcome},
+    watch,
+    workload::{
+        self, ChildOutcome, Killer, Workload,
+        limits::{self, SystemLimits},
+        threads,
+    },
 };
 
-/// How long to wait, after the workload ended, for its last exits to reach their final switch.
+/// How long to wait, after the target ended, for its last exits to reach their final switch.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Most threads in one burst when measuring how fast this machine can run a storm.
+const BURST_THREADS: u32 = 1000;
 
 /// Everything one run produced.
 pub struct RunOutcome {
     pub plan: Plan,
-    pub args: RunArgs,
-    pub expected_exits: u64,
-    pub child: ChildOutcome,
-    /// Wall-clock time at which the storm started.
+    pub target: Target,
+    /// --duration, for targets that do not end by themselves.
+    pub duration: Option<Duration>,
+    pub expected_exits: Option<u64>,
+    /// How exitprof's children ended, for targets it started.
+    pub child: Option<ChildOutcome>,
+    /// From the start of the target (or of watching it) to its end.
+    pub elapsed: Duration,
+    /// When the run started (wall clock), for the exports.
     pub started_at: SystemTime,
+    /// What ended the run.
+    pub ended: Ended,
+    /// For --rate: the fastest rate bursts of the storm's threads reached before attaching.
+    pub burst_rate: Option<f64>,
     pub profile: Profile,
     pub deferred: DeferredWork,
     pub losses: Losses,
-    /// The signal (SIGINT or SIGTERM) that cut the run short, if one did.
+    /// The signal (SIGINT or SIGTERM) that cut a workload short, if one did.
     pub interrupted: Option<i32>,
+}
+
+/// What ended a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ended {
+    /// The workload's children ended.
+    #[serde(rename = "workload-ended")]
+    Workload,
+    /// The watched process exited.
+    ProcessExited,
+    /// --duration elapsed.
+    Duration,
+    /// SIGINT or SIGTERM.
+    Signal,
 }
 
 /// Every way an exit can be missing from the profile.
@@ -64,7 +101,7 @@ impl Losses {
         self.kernel.exits() + self.undecodable + self.unfinished
     }
 
-    /// Every cause: its key in the JSON document, what it loses, and how many.
+    /// Every cause: (JSON key, what it means, count).
     pub fn by_cause(&self) -> [(&'static str, &'static str, u64); 9] {
         [
             ("ringbuf_full", "ring buffer full", self.kernel.ringbuf_full),
@@ -81,14 +118,6 @@ impl Losses {
                 self.kernel.deferred_ringbuf_full,
             ),
         ]
-    }
-}
-
-impl RunOutcome {
-    /// Exits per second, as the 2006 thread computed it: (created + exited) / elapsed / 2.
-    pub fn exit_rate(&self) -> f64 {
-        let elapsed_s = self.child.elapsed.as_secs_f64();
-        if elapsed_s > 0.0 { self.expected_exits as f64 / elapsed_s } else { 0.0 }
     }
 }
 
@@ -125,63 +154,152 @@ pub fn plan(mode: AttachMode, wants: Wants) -> anyhow::Result<(KernelFacts, Plan
     Ok((facts, plan))
 }
 
-/// Profiles one storm.
+/// A target checked against the machine, ready to start or watch.
+enum Prepared {
+    Workload(Workload),
+    Pid(u32),
+    Comm([u8; COMM_LEN]),
+    All,
+}
+
+/// Checks the request against the machine before anything is loaded: a storm within the limits,
+/// a reachable --rate, a command that exists, a pid that does. Returns the ready target and, for
+/// --rate, the burst rate measured.
+fn prepare(target: &Target) -> anyhow::Result<(Prepared, Option<f64>)> {
+    match target {
+        Target::Storm(storm) => {
+            let limits = SystemLimits::read().context("reading the system's limits")?;
+            limits::check(storm, &limits).map_err(|e| UsageError(e.to_string()))?;
+            if let Storm::Ipcns(_) = storm
+                && !privileges::has_capability(privileges::CAP_SYS_ADMIN)
+            {
+                anyhow::bail!(
+                    "--workload ipcns needs CAP_SYS_ADMIN: its children unshare(CLONE_NEWIPC)"
+                );
+            }
+            let burst_rate = match storm {
+                Storm::Threads(p) => p.rate.map(|rate| check_rate(rate, p.threads)).transpose()?,
+                _ => None,
+            };
+            Ok((Prepared::Workload(Workload::Storm(*storm)), burst_rate))
+        }
+        Target::Command(argv) => {
+            let name = &argv[0];
+            let path_var = std::env::var_os("PATH");
+            let program = workload::command::resolve(name, path_var.as_deref())
+                .map_err(|e| UsageError(e.to_string()))?;
+            Ok((Prepared::Workload(Workload::Command { program, argv: argv.clone() }), None))
+        }
+        Target::Pid(pid) => {
+            if !watch::process_exists(*pid) {
+                return Err(UsageError(format!("--pid {pid}: no such process")).into());
+            }
+            Ok((Prepared::Pid(*pid), None))
+        }
+        Target::Comm(name) => {
+            let mut comm = [0; COMM_LEN];
+            comm[..name.len()].copy_from_slice(name.as_bytes());
+            Ok((Prepared::Comm(comm), None))
+        }
+        Target::All => Ok((Prepared::All, None)),
+    }
+}
+
+/// Fails when `rate` is beyond what bursts of the storm's threads reach on this machine now,
+/// without probes (which only slow exits down). Returns the best burst rate.
+fn check_rate(rate: u64, threads: u32) -> anyhow::Result<f64> {
+    let burst = threads.min(BURST_THREADS);
+    let mut best: f64 = 0.0;
+    for _ in 0..3 {
+        best = best.max(threads::burst_rate(burst).context("measuring the machine's exit rate")?);
+    }
+    log::info!("{burst}-thread bursts without sleeps reach {best:.0} exits/s");
+    if rate as f64 > best {
+        return Err(UsageError(format!(
+            "--rate {rate} exits/s is out of reach: bursts of {burst} threads with no sleep \
+             reached at most {best:.0} exits/s on this machine just now (without probes, which \
+             only slow exits down); ask for less, or use --stagger-us 0 to run as fast as it goes"
+        ))
+        .into());
+    }
+    Ok(best)
+}
+
+/// Profiles one run.
 pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunOutcome> {
+    let target = args.target();
+    let (prepared, burst_rate) = prepare(&target)?;
     preflight(exports)?;
     bump_memlock();
-    let wants = Wants { ipc_frees_via_kfree: false };
+    // Following IPC namespace frees costs a probe on every kfree in tracepoint mode: only for
+    // the storm that makes them.
+    let wants = Wants { ipc_frees_via_kfree: matches!(target, Target::Storm(Storm::Ipcns(_))) };
     let (facts, plan) = plan(args.probes.attach, wants)?;
     describe_attach(&plan.points);
     let options = LoadOptions {
-        trace_all: false,
+        trace_all: matches!(prepared, Prepared::All),
+        target_comm: match prepared {
+            Prepared::Comm(comm) => comm,
+            _ => [0; COMM_LEN],
+        },
         ringbuf_bytes: args.ringbuf_bytes,
         kretprobe_maxactive: args.probes.kretprobe_maxactive,
     };
     let mut probes = load::load_and_attach(&plan, &facts, options)?;
     let mut exits = RecordStream::take(&mut probes.ebpf, "EXITS")?;
     let mut deferred = RecordStream::take(&mut probes.ebpf, "DEFERRED")?;
-
-    let expected_exits = workload::expectation(&args).exits;
-    let gated = workload::spawn(&args)?;
-    let driver = gated.pid;
-    collect::track(&mut probes.ebpf, driver)?;
     let mut signals = Signals::new()?;
-    let running = gated.open()?;
-    let started_at = SystemTime::now();
-    let driver_kind = args.workload;
-    let waiter = tokio::task::spawn_blocking(move || running.wait());
-    tokio::pin!(waiter);
-    let mut interrupted = None;
 
-    // The workload driver's own exit is not part of the storm it drives.
-    let mut session = Session::new(&plan, move |exit| is_driver_exit(driver_kind, driver, exit));
-    let child = loop {
+    let mut session = Session::new(&plan);
+    let started_at = SystemTime::now();
+    let started = Instant::now();
+    let Started { mut end, killer } =
+        start(prepared, &target, &args, &mut probes.ebpf, &mut session)?;
+
+    let expected_exits = match &target {
+        Target::Storm(storm) => Workload::Storm(*storm).expected_exits(),
+        _ => None,
+    };
+    let mut progress = Progress::new(expected_exits, !args.json);
+    let mut ticker = tokio::time::interval(progress::INTERVAL);
+    let mut interrupted = None;
+    let end = loop {
         tokio::select! {
             ready = exits.ready() => { ready?; exits.drain(|b| session.exit_record(b)); }
             ready = deferred.ready() => { ready?; deferred.drain(|b| session.deferred_record(b)); }
-            outcome = &mut waiter => break outcome.context("workload waiter panicked")??,
+            ended = &mut end => break ended?,
             signal = signals.next(), if interrupted.is_none() => {
+                let Some(killer) = &killer else { break End::Signal };
+                progress.finish();
                 eprintln!("exitprof: {}: stopping the workload; partial results follow", signal_name(signal));
                 interrupted = Some(signal);
-                running.kill();
+                killer.kill();
             }
+            _ = ticker.tick(), if progress.is_shown() => progress.update(session.profile.exits),
         }
     };
-    // The workload is reaped, but its last threads may not have switched out for good yet, and
+    progress.finish();
+    let elapsed = started.elapsed();
+    // Exits that start from now on are outside the run.
+    let stop_ns = monotonic_ns();
+    session.stop_ns = stop_ns;
+
+    // The target has ended, but its last tasks may not have switched out for good yet, and
     // deferred work (RCU callbacks, the free_ipc kworker) runs later still.
-    let tgids = HashSet::from([driver]);
+    let exclusion = session.exclusion.clone();
+    let keep = |pid, tgid| !exclusion.excludes(pid, tgid);
     let settle_start = Instant::now();
     loop {
         exits.drain(|b| session.exit_record(b));
         deferred.drain(|b| session.deferred_record(b));
-        let settled = collect::in_progress(&probes.ebpf, &tgids)? == 0
+        let settled = collect::in_progress(&probes.ebpf, stop_ns, keep)? == 0
             && session.deferred.awaiting_task_free() == 0;
         if settled || settle_start.elapsed() >= SETTLE_TIMEOUT {
             break;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let unfinished = collect::in_progress(&probes.ebpf, &tgids)? as u64;
+    let unfinished = collect::in_progress(&probes.ebpf, stop_ns, keep)? as u64;
     let kernel = KernelLosses::read(&probes.ebpf)?;
     let probe_misses = probes.misses()?;
     let detach_start = Instant::now();
@@ -191,12 +309,22 @@ pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunO
 
     let Session { profile, deferred, undecodable, .. } = session;
     let losses = Losses { kernel, undecodable, unfinished, hits: profile.lost_hits, probe_misses };
+    let (elapsed, child, ended) = match end {
+        End::Reaped(child) => (child.elapsed, Some(child), Ended::Workload),
+        End::ProcessExited => (elapsed, None, Ended::ProcessExited),
+        End::Elapsed => (elapsed, None, Ended::Duration),
+        End::Signal => (elapsed, None, Ended::Signal),
+    };
     Ok(RunOutcome {
         plan,
-        args,
+        target,
+        duration: args.duration,
         expected_exits,
         child,
+        elapsed,
         started_at,
+        ended,
+        burst_rate,
         profile,
         deferred,
         losses,
@@ -204,9 +332,108 @@ pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunO
     })
 }
 
-fn is_driver_exit(kind: WorkloadKind, driver: u32, exit: &Exit) -> bool {
-    match kind {
-        WorkloadKind::Threads => exit.pid == driver,
+/// The target, started or found, with what ends the run.
+struct Started {
+    end: Pin<Box<dyn Future<Output = anyhow::Result<End>>>>,
+    /// Kills exitprof's children, for targets it started.
+    killer: Option<Killer>,
+}
+
+/// Starts the workload's children, or begins to watch processes exitprof did not start.
+fn start(
+    prepared: Prepared,
+    target: &Target,
+    args: &RunArgs,
+    ebpf: &mut aya::Ebpf,
+    session: &mut Session,
+) -> anyhow::Result<Started> {
+    let duration = args.duration;
+    match prepared {
+        Prepared::Workload(workload) => {
+            let gated = workload::spawn(&workload, args.json)?;
+            collect::track(ebpf, &gated.pids())?;
+            if let Workload::Storm(_) = workload {
+                // The drivers' own exits are not part of the storm they drive.
+                session.exclusion.drivers.extend(gated.pids());
+            }
+            let running = gated.open()?;
+            let killer = Some(running.killer());
+            let waiter = tokio::task::spawn_blocking(move || running.wait());
+            let end = Box::pin(async move {
+                Ok(End::Reaped(waiter.await.context("workload waiter panicked")??))
+            });
+            Ok(Started { end, killer })
+        }
+        Prepared::Pid(pid) => {
+            let exited = PidFd::open(pid)
+                .with_context(|| format!("pid {pid} ended before exitprof could watch it"))?;
+            let followed = track_tree(ebpf, pid)?;
+            eprintln!(
+                "exitprof: watching pid {pid} and its descendants ({followed} now){}",
+                until(duration, " or until it exits")
+            );
+            let end = Box::pin(async move {
+                tokio::select! {
+                    r = exited.exited() => {
+                        r.map(|()| End::ProcessExited).context("waiting for the watched process")
+                    }
+                    () = sleep_or_forever(duration) => Ok(End::Elapsed),
+                }
+            });
+            Ok(Started { end, killer: None })
+        }
+        Prepared::Comm(_) | Prepared::All => {
+            let what = match target {
+                Target::Comm(name) => format!("tasks named {name:?}"),
+                _ => "every exit on the machine".to_owned(),
+            };
+            eprintln!("exitprof: watching {what}{}", until(duration, ""));
+            let end = Box::pin(async move {
+                sleep_or_forever(duration).await;
+                Ok(End::Elapsed)
+            });
+            Ok(Started { end, killer: None })
+        }
+    }
+}
+
+/// How the main loop ended.
+enum End {
+    Reaped(ChildOutcome),
+    ProcessExited,
+    Elapsed,
+    Signal,
+}
+
+/// Tracks `pid` and every process below it. Repeats the walk until it finds nothing new: a
+/// process forked by one found late may have escaped the kernel-side fork tracking. Returns how
+/// many descendants were found.
+fn track_tree(ebpf: &mut aya::Ebpf, pid: u32) -> anyhow::Result<usize> {
+    collect::track(ebpf, &[pid])?;
+    let mut tracked = HashSet::from([pid]);
+    loop {
+        let found = watch::descendants(pid)
+            .with_context(|| format!("reading /proc for the descendants of {pid}"))?;
+        let new: Vec<u32> = found.into_iter().filter(|p| !tracked.contains(p)).collect();
+        if new.is_empty() {
+            return Ok(tracked.len() - 1);
+        }
+        collect::track(ebpf, &new)?;
+        tracked.extend(new);
+    }
+}
+
+fn until(duration: Option<Duration>, or_else: &str) -> String {
+    match duration {
+        Some(d) => format!(" for {:.1} s{or_else} (Ctrl-C stops it earlier)", d.as_secs_f64()),
+        None => format!(" until Ctrl-C{or_else}"),
+    }
+}
+
+async fn sleep_or_forever(duration: Option<Duration>) {
+    match duration {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
     }
 }
 

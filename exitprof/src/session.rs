@@ -1,4 +1,7 @@
-//! What one run collects: every record from the kernel, folded as it arrives.
+//! What one run collects: every record from the kernel, folded as it arrives, leaving out what
+//! is not part of the target.
+
+use std::collections::HashSet;
 
 use crate::{
     collect::decode_deferred, deferred::DeferredWork, exits::Exit, plan::Plan, profile::Profile,
@@ -10,26 +13,44 @@ pub struct Session {
     pub deferred: DeferredWork,
     /// Records that could not be decoded.
     pub undecodable: u64,
-    /// Exits that are not part of the storm (the workload driver's own).
-    excluded: Box<dyn Fn(&Exit) -> bool + Send>,
+    pub exclusion: Exclusion,
+    /// Exits that start after this are outside the run (CLOCK_MONOTONIC ns).
+    pub stop_ns: u64,
+}
+
+/// Exits that are never part of a target.
+#[derive(Clone)]
+pub struct Exclusion {
+    /// Pids of exitprof's storm drivers: a driver's exit is not part of its storm.
+    pub drivers: HashSet<u32>,
+    /// exitprof's own process (seen with --all).
+    pub own_tgid: u32,
+}
+
+impl Exclusion {
+    pub fn excludes(&self, pid: u32, tgid: u32) -> bool {
+        tgid == self.own_tgid || self.drivers.contains(&pid)
+    }
 }
 
 impl Session {
-    pub fn new(plan: &Plan, excluded: impl Fn(&Exit) -> bool + Send + 'static) -> Self {
+    pub fn new(plan: &Plan) -> Self {
         Self {
             profile: Profile::new(plan),
             deferred: DeferredWork::new(plan.sees_every_ipc_ns_free()),
             undecodable: 0,
-            excluded: Box::new(excluded),
+            exclusion: Exclusion { drivers: HashSet::new(), own_tgid: std::process::id() },
+            stop_ns: u64::MAX,
         }
     }
 
     /// One exit record.
     pub fn exit_record(&mut self, bytes: &[u8]) {
         match Exit::decode(bytes) {
-            Ok(exit) if (self.excluded)(&exit) => {
+            Ok(exit) if self.exclusion.excludes(exit.pid, exit.tgid) => {
                 log::trace!("excluded exit of {}/{}: {:?}", exit.tgid, exit.pid, exit.hits);
             }
+            Ok(exit) if exit.hits.first().is_some_and(|h| h.ts_ns > self.stop_ns) => {}
             Ok(exit) => {
                 log::trace!("exit of {}/{}: {:?}", exit.tgid, exit.pid, exit.hits);
                 self.profile.add(&exit);

@@ -37,6 +37,59 @@ fn unknown_workload_is_a_usage_error() {
     assert_usage_error(&["--workload", "forkbomb"], "forkbomb");
 }
 
+/// A request the machine cannot satisfy: status 2, a message naming the problem, and nothing
+/// loaded or attached (with -v exitprof logs every attach).
+fn assert_refused_before_attaching(args: &[&str], mentions: &str) {
+    require_root();
+    let mut with_verbose = vec!["-v"];
+    with_verbose.extend_from_slice(args);
+    assert_usage_error(&with_verbose, mentions);
+    let stderr = String::from_utf8_lossy(&run(&with_verbose).stderr).into_owned();
+    assert!(!stderr.contains("attach"), "exitprof {args:?} got as far as attaching:\n{stderr}");
+}
+
+#[test]
+fn threads_beyond_threads_max_are_refused() {
+    let max: u64 = std::fs::read_to_string("/proc/sys/kernel/threads-max")
+        .expect("kernel.threads-max")
+        .trim()
+        .parse()
+        .expect("a number");
+    let threads = (max + 1).to_string();
+    assert_refused_before_attaching(&["--threads", &threads, "--reps", "1"], "threads-max");
+}
+
+#[test]
+fn an_unknown_command_is_refused() {
+    assert_refused_before_attaching(&["--", "exitprof-no-such-command", "x"], "command not found");
+    let data = std::env::temp_dir().join(format!("exitprof-not-a-program-{}", std::process::id()));
+    std::fs::write(&data, "data\n").unwrap();
+    let path = data.to_str().unwrap().to_owned();
+    assert_refused_before_attaching(&["--", &path], "not an executable file");
+    std::fs::remove_file(&data).unwrap();
+}
+
+#[test]
+fn a_pid_that_does_not_exist_is_refused() {
+    // A pid that existed a moment ago and has been reaped.
+    let mut child = Command::new("true").spawn().expect("true runs");
+    let pid = child.id().to_string();
+    child.wait().unwrap();
+    assert_refused_before_attaching(&["--pid", &pid, "--duration", "1"], "no such process");
+}
+
+#[test]
+fn an_unreachable_rate_is_refused_with_the_rate_measured() {
+    assert_refused_before_attaching(&["--rate", "1000000000"], "reached at most");
+}
+
+#[test]
+fn options_of_another_target_are_usage_errors() {
+    assert_usage_error(&["--count", "5"], "--count applies to --workload fork and ipcns only");
+    assert_usage_error(&["--workload", "fork", "--all"], "--all");
+    assert_usage_error(&["--comm", "a-name-of-more-than-15-bytes"], "15 bytes");
+}
+
 #[test]
 fn without_capabilities_it_names_what_is_missing() {
     require_root();

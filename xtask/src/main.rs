@@ -1,5 +1,7 @@
-//! Developer and CI automation for exitprof: toolchain setup, running as root, tests.
+//! Developer and CI automation for exitprof: toolchain setup, running as root, tests,
+//! benchmarks.
 
+mod bench;
 mod command;
 mod setup;
 mod test;
@@ -30,6 +32,9 @@ enum Task {
     Test(test::TestArgs),
     /// Tests exitprof's kprobe and fentry modes on Debian's 6.1 and 6.12 kernels in qemu.
     VmTest(vm::VmTestArgs),
+    /// Compares exitprof's storm drivers, without probes, with C programs of the seeds'
+    /// semantics (interleaved runs, medians, ratios); writes target/bench-driver.json.
+    BenchDriver(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +44,7 @@ fn main() -> ExitCode {
         Task::Run { args } => run(&args),
         Task::Test(args) => test::test(&args),
         Task::VmTest(args) => setup::setup().and_then(|()| vm::vm_test(&args)),
+        Task::BenchDriver(args) => bench::bench_driver(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

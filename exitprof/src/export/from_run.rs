@@ -19,9 +19,9 @@ impl ExportSet {
             exits_recorded: doc.exits_recorded,
             exits_lost: doc.lost,
             losses: doc.losses.by_cause().iter().map(|&(key, _, n)| (key, n)).collect(),
-            elapsed: run.child.elapsed,
-            user: run.child.user,
-            sys: run.child.sys,
+            elapsed: run.elapsed,
+            user: run.child.as_ref().map(|c| c.user),
+            sys: run.child.as_ref().map(|c| c.sys),
             exit_rate: doc.exit_rate,
         };
         let series = run
@@ -59,8 +59,12 @@ fn workload(doc: &WorkloadDoc) -> Workload {
         other => other.to_string(),
     };
     let kind = fields.get("kind").map(text).unwrap_or_default();
-    let params =
-        fields.iter().filter(|(k, _)| *k != "kind").map(|(k, v)| (k.clone(), text(v))).collect();
+    let params = fields
+        .iter()
+        // A parameter that was not given (null) is not a parameter of this run.
+        .filter(|(k, v)| *k != "kind" && !v.is_null())
+        .map(|(k, v)| (k.clone(), text(v)))
+        .collect();
     Workload { kind, params }
 }
 
@@ -72,14 +76,14 @@ pub(crate) mod tests {
     use exitprof_common::point::{ExitFn, Marker, Point};
 
     use super::*;
-    use crate::deferred::DeferredWork;
     use crate::{
-        cli::{Cli, ThreadsParams, WorkloadKind},
+        cli::{Cli, ThreadsParams},
+        deferred::DeferredWork,
         exits::{Exit, PointHit},
         kernel::{exit_path::ExitPath, version::KernelVersion},
         plan::{AttachMode, How, Plan, Planned, SiteId},
         profile::Profile,
-        run::Losses,
+        run::{Ended, Losses},
         workload::ChildOutcome,
     };
 
@@ -131,16 +135,22 @@ pub(crate) mod tests {
         }
         let args =
             Cli::try_parse_from(["exitprof", "--threads", "200", "--reps", "10"]).unwrap().run;
+        let elapsed = Duration::from_millis(110);
         RunOutcome {
             plan,
-            args,
-            expected_exits: 2_000,
-            child: ChildOutcome {
-                status: 0,
+            target: args.target(),
+            duration: None,
+            expected_exits: Some(2_000),
+            child: Some(ChildOutcome {
+                statuses: vec![(1_000, 0)],
                 user: Duration::from_millis(12),
                 sys: Duration::from_millis(150),
-                elapsed: Duration::from_millis(110),
-            },
+                elapsed,
+                report: None,
+            }),
+            elapsed,
+            ended: Ended::Workload,
+            burst_rate: None,
             started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000),
             profile,
             deferred: DeferredWork::new(true),
@@ -166,10 +176,12 @@ pub(crate) mod tests {
 
     #[test]
     fn workload_parameters_come_from_the_document() {
-        let doc = WorkloadDoc {
-            kind: WorkloadKind::Threads,
-            threads: ThreadsParams { threads: 1000, reps: 10, stagger_us: 2 },
-        };
+        let doc = WorkloadDoc::Threads(ThreadsParams {
+            threads: 1000,
+            reps: 10,
+            stagger_us: 2,
+            rate: None,
+        });
         let w = workload(&doc);
         assert_eq!(w.kind, "threads");
         assert_eq!(w.describe(), "threads (threads=1000 reps=10 stagger_us=2)");

@@ -207,14 +207,16 @@ pub struct Variant {
 #[derive(Clone, Debug)]
 pub struct RunStats {
     pub variant: Variant,
-    pub exits_expected: u64,
+    /// `None` where exitprof does not drive the target (--pid, --comm, --all, a command).
+    pub exits_expected: Option<u64>,
     pub exits_recorded: u64,
     pub exits_lost: u64,
     /// Every loss cause (as the JSON document names it) with its count.
     pub losses: Vec<(&'static str, u64)>,
     pub elapsed: Duration,
-    pub user: Duration,
-    pub sys: Duration,
+    /// CPU time of exitprof's workload children (`None` for processes it did not start).
+    pub user: Option<Duration>,
+    pub sys: Option<Duration>,
     /// Exits per second.
     pub exit_rate: f64,
 }
@@ -279,15 +281,18 @@ impl Workload {
 impl RunStats {
     /// One line: exits, losses, times and rate.
     pub fn describe(&self) -> String {
+        let expected = self.exits_expected.map(|n| format!(" of {n} expected")).unwrap_or_default();
+        let cpu = match (self.user, self.sys) {
+            (Some(user), Some(sys)) => {
+                format!(", user {:.3} s, sys {:.3} s", user.as_secs_f64(), sys.as_secs_f64())
+            }
+            _ => String::new(),
+        };
         format!(
-            "{} exits recorded of {} expected, {} lost; elapsed {:.3} s, user {:.3} s, sys {:.3} \
-             s; {} exits/s",
+            "{} exits recorded{expected}, {} lost; elapsed {:.3} s{cpu}; {} exits/s",
             self.exits_recorded,
-            self.exits_expected,
             self.exits_lost,
             self.elapsed.as_secs_f64(),
-            self.user.as_secs_f64(),
-            self.sys.as_secs_f64(),
             fmt_rate(self.exit_rate)
         )
     }
@@ -368,13 +373,13 @@ pub(crate) mod tests {
             }
             runs.push(RunStats {
                 variant,
-                exits_expected: 5_000,
+                exits_expected: Some(5_000),
                 exits_recorded: 5_000,
                 exits_lost: 0,
                 losses: vec![("ringbuf_full", 0), ("hits", 2)],
                 elapsed: Duration::from_millis(250 * slowdown),
-                user: Duration::from_millis(10),
-                sys: Duration::from_millis(200),
+                user: Some(Duration::from_millis(10)),
+                sys: Some(Duration::from_millis(200)),
                 exit_rate: 5_000.0 / (0.25 * slowdown as f64),
             });
         }

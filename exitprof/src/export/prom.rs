@@ -17,7 +17,8 @@ struct RunMetric {
     name: &'static str,
     kind: &'static str,
     help: &'static str,
-    value: fn(&ExportSet, &RunStats) -> String,
+    /// `None` where the run has no such value (no sample is written).
+    value: fn(&ExportSet, &RunStats) -> Option<String>,
 }
 
 const RUN_METRICS: [RunMetric; 6] = [
@@ -25,37 +26,37 @@ const RUN_METRICS: [RunMetric; 6] = [
         name: "exitprof_exits_expected_total",
         kind: "counter",
         help: "Exits the workload was to produce.",
-        value: |_, r| r.exits_expected.to_string(),
+        value: |_, r| r.exits_expected.map(|n| n.to_string()),
     },
     RunMetric {
         name: "exitprof_exits_recorded_total",
         kind: "counter",
         help: "Exits timed and recorded.",
-        value: |_, r| r.exits_recorded.to_string(),
+        value: |_, r| Some(r.exits_recorded.to_string()),
     },
     RunMetric {
         name: "exitprof_exits_lost_total",
         kind: "counter",
         help: "Exits lost, all causes together.",
-        value: |_, r| r.exits_lost.to_string(),
+        value: |_, r| Some(r.exits_lost.to_string()),
     },
     RunMetric {
         name: "exitprof_run_partial",
         kind: "gauge",
         help: "1 when the run was interrupted before its workload finished.",
-        value: |set, _| u8::from(set.partial).to_string(),
+        value: |set, _| Some(u8::from(set.partial).to_string()),
     },
     RunMetric {
         name: "exitprof_workload_elapsed_seconds",
         kind: "gauge",
         help: "Wall-clock time of the storm.",
-        value: |_, r| seconds(r.elapsed.as_nanos()),
+        value: |_, r| Some(seconds(r.elapsed.as_nanos())),
     },
     RunMetric {
         name: "exitprof_exit_rate",
         kind: "gauge",
         help: "Exits per second during the storm.",
-        value: |_, r| format!("{:.1}", r.exit_rate),
+        value: |_, r| Some(format!("{:.1}", r.exit_rate)),
     },
 ];
 
@@ -92,7 +93,9 @@ pub fn encode(set: &ExportSet) -> Vec<u8> {
     for m in RUN_METRICS {
         family(&mut out, m.name, m.kind, m.help);
         for run in &set.runs {
-            sample(&mut out, m.name, &run_labels(set, &run.variant), &[], (m.value)(set, run));
+            if let Some(value) = (m.value)(set, run) {
+                sample(&mut out, m.name, &run_labels(set, &run.variant), &[], value);
+            }
         }
     }
 
@@ -100,6 +103,7 @@ pub fn encode(set: &ExportSet) -> Vec<u8> {
     family(&mut out, cpu, "gauge", "CPU time of the storm's process (wait4 rusage), by mode.");
     for run in &set.runs {
         for (mode, time) in [("user", run.user), ("sys", run.sys)] {
+            let Some(time) = time else { continue };
             let labels = run_labels(set, &run.variant);
             sample(&mut out, cpu, &labels, &[("mode", mode)], seconds(time.as_nanos()));
         }

@@ -3,15 +3,19 @@
 use serde::Serialize;
 
 use crate::{
-    cli::{ThreadsParams, WorkloadKind},
+    cli::{ForkParams, Storm, Target, ThreadsParams},
     deferred::DeferredReport,
     histogram::{Bucket, Latency},
     plan::{AttachMode, Planned, Unplanned},
-    run::{Losses, RunOutcome},
+    run::{Ended, Losses, RunOutcome},
     verdict::run_verdict,
 };
 
-/// The `--json` document. Later versions add keys; the ones here stay.
+/// How far the achieved rate may be from a --rate target and still count as reached.
+pub const RATE_TOLERANCE: f64 = 0.05;
+
+/// The `--json` document. Later versions add keys; the ones here stay, `null` where a value does
+/// not exist for the target (e.g. user and sys time of processes exitprof did not start).
 #[derive(Debug, Serialize)]
 pub struct RunDocument {
     /// The run was cut short (Ctrl-C, SIGTERM): the figures cover what ran until then.
@@ -19,16 +23,23 @@ pub struct RunDocument {
     pub kernel: String,
     pub attach: AttachMode,
     pub workload: WorkloadDoc,
-    pub exits_expected: u64,
+    pub ended: Ended,
+    pub exits_expected: Option<u64>,
     pub exits_recorded: u64,
+    /// Tasks the storm's drivers created (`null` when exitprof does not drive the target).
+    pub tasks_created: Option<u64>,
     /// Exits lost, all causes together (`losses` has them apart).
     pub lost: u64,
     pub losses: Losses,
     pub elapsed_s: f64,
-    pub user_s: f64,
-    pub sys_s: f64,
-    /// Exits per second, as the 2006 thread computed it: (created + exited) / elapsed / 2.
+    /// CPU time of exitprof's workload children and what they waited for (`wait4` rusage).
+    pub user_s: Option<f64>,
+    pub sys_s: Option<f64>,
+    /// Exits per second. For storms as the 2006 thread computed it, from the drivers' counts:
+    /// (created + exited) / elapsed / 2; otherwise exits recorded / elapsed.
     pub exit_rate: f64,
+    /// The --rate target and how the storm met it.
+    pub rate: Option<RateDoc>,
     /// The whole exit first (named `exit`), then each stage in kernel order.
     pub stages: Vec<StageDoc>,
     /// Where the time went, in a sentence or two.
@@ -39,11 +50,29 @@ pub struct RunDocument {
     pub unavailable: Vec<Unplanned>,
 }
 
+/// What was profiled, with its parameters.
 #[derive(Debug, Serialize)]
-pub struct WorkloadDoc {
-    pub kind: WorkloadKind,
-    #[serde(flatten)]
-    pub threads: ThreadsParams,
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum WorkloadDoc {
+    Threads(ThreadsParams),
+    Fork(ForkParams),
+    Ipcns(ForkParams),
+    Command { command: Vec<String> },
+    Pid { pid: u32, duration_s: Option<f64> },
+    Comm { comm: String, duration_s: Option<f64> },
+    All { duration_s: Option<f64> },
+}
+
+#[derive(Debug, Serialize)]
+pub struct RateDoc {
+    /// Exits per second asked for.
+    pub target: u64,
+    /// `exit_rate` within 5 % of the target.
+    pub reached: bool,
+    /// The fastest bursts of the storm's threads before attaching (exits/s, without probes).
+    pub burst_max: Option<f64>,
+    /// The stagger chosen for each rep (ns).
+    pub staggers_ns: Vec<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -90,7 +119,7 @@ impl StageDoc {
 
 impl RunDocument {
     pub fn new(run: &RunOutcome) -> Self {
-        let elapsed_s = run.child.elapsed.as_secs_f64();
+        let elapsed_s = run.elapsed.as_secs_f64();
         let recorded = run.profile.exits;
         let rows = run.profile.rows();
         let verdict = run_verdict(run.profile.exit(), &rows);
@@ -104,24 +133,60 @@ impl RunDocument {
                 row.stage.covers.clone(),
             )
         }));
+        let report = run.child.as_ref().and_then(|c| c.report.as_ref());
+        let per_s = |n: f64| if elapsed_s > 0.0 { n / elapsed_s } else { 0.0 };
+        let exit_rate = match report {
+            Some(r) => per_s((r.created + r.exited) as f64 / 2.0),
+            None => per_s(recorded as f64),
+        };
+        let rate = match run.target {
+            Target::Storm(Storm::Threads(ThreadsParams { rate: Some(target), .. })) => {
+                Some(RateDoc {
+                    target,
+                    reached: (exit_rate / target as f64 - 1.0).abs() <= RATE_TOLERANCE,
+                    burst_max: run.burst_rate,
+                    staggers_ns: report.map(|r| r.staggers_ns.clone()).unwrap_or_default(),
+                })
+            }
+            _ => None,
+        };
         Self {
             partial: run.interrupted.is_some(),
             kernel: run.plan.kernel.clone(),
             attach: run.plan.mode,
-            workload: WorkloadDoc { kind: run.args.workload, threads: run.args.threads },
+            workload: WorkloadDoc::new(&run.target, run.duration.map(|d| d.as_secs_f64())),
+            ended: run.ended,
             exits_expected: run.expected_exits,
             exits_recorded: recorded,
+            tasks_created: report.map(|r| r.created),
             lost: run.losses.exits(),
             losses: run.losses,
             elapsed_s,
-            user_s: run.child.user.as_secs_f64(),
-            sys_s: run.child.sys.as_secs_f64(),
-            exit_rate: run.exit_rate(),
+            user_s: run.child.as_ref().map(|c| c.user.as_secs_f64()),
+            sys_s: run.child.as_ref().map(|c| c.sys.as_secs_f64()),
+            exit_rate,
+            rate,
             stages,
             verdict,
             deferred: run.deferred.report(),
             probes: run.plan.points.clone(),
             unavailable: run.plan.unavailable.clone(),
+        }
+    }
+}
+
+impl WorkloadDoc {
+    fn new(target: &Target, duration_s: Option<f64>) -> Self {
+        match target {
+            Target::Storm(Storm::Threads(p)) => Self::Threads(*p),
+            Target::Storm(Storm::Fork(f)) => Self::Fork(*f),
+            Target::Storm(Storm::Ipcns(f)) => Self::Ipcns(*f),
+            Target::Command(argv) => Self::Command {
+                command: argv.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+            },
+            Target::Pid(pid) => Self::Pid { pid: *pid, duration_s },
+            Target::Comm(comm) => Self::Comm { comm: comm.clone(), duration_s },
+            Target::All => Self::All { duration_s },
         }
     }
 }

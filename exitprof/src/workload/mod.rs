@@ -1,150 +1,263 @@
-//! Workloads run in a child process, so that its user and sys time come from `wait4` rusage
+//! Workloads run in child processes, so that their user and sys time come from `wait4` rusage
 //! exactly as `/usr/bin/time` measured them in the seeds.
 //!
-//! The child is exitprof itself, started with a hidden subcommand. It waits at a gate (a pipe)
-//! until the parent has attached its probes and registered the child's pid, then runs the storm.
+//! A child is exitprof itself, started with a hidden subcommand. It waits at a gate until the
+//! parent has attached its probes and registered the child's pid, then runs its storm — or, for
+//! `-- CMD`, executes CMD in place, keeping its pid. `--parallel P` starts P such children.
 
-mod threads;
+pub mod channel;
+pub mod command;
+mod forks;
+pub mod limits;
+mod pacer;
+pub mod threads;
 
 use std::{
-    fs::File,
-    io::{self, Read as _, Write as _},
-    os::{
-        fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
-        unix::process::CommandExt as _,
-    },
+    ffi::OsString,
+    io,
+    os::{fd::AsFd as _, fd::AsRawFd as _, unix::process::CommandExt as _},
+    path::PathBuf,
     process::{Command, Stdio},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 
-use crate::cli::{ChildWorkload, RunArgs, WorkloadChild, WorkloadKind};
+use self::channel::{ChildEnd, DriverReport, ParentEnd};
+use crate::{
+    cli::{ChildWorkload, ForkParams, Storm, ThreadsParams, WorkloadChild},
+    pidfd::PidFd,
+};
 
-/// What a storm is expected to produce.
-#[derive(Clone, Debug)]
-pub struct Expectation {
-    /// Exits the workload creates (not counting the driver process itself).
-    pub exits: u64,
+/// What exitprof runs in its children.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Workload {
+    /// A storm driven by exitprof's own code; the drivers' exits are not part of it.
+    Storm(Storm),
+    /// A program, found before anything started; its exits and its descendants' are the target.
+    Command { program: PathBuf, argv: Vec<OsString> },
 }
 
-/// The expected exits of a run.
-pub fn expectation(run: &RunArgs) -> Expectation {
-    match run.workload {
-        WorkloadKind::Threads => {
-            Expectation { exits: u64::from(run.threads.threads) * u64::from(run.threads.reps) }
+impl Workload {
+    /// The exits the workload will cause, when that is known in advance.
+    pub fn expected_exits(&self) -> Option<u64> {
+        match self {
+            Self::Storm(Storm::Threads(p)) => Some(u64::from(p.threads) * u64::from(p.reps)),
+            Self::Storm(Storm::Fork(f) | Storm::Ipcns(f)) => Some(u64::from(f.count)),
+            Self::Command { .. } => None,
+        }
+    }
+
+    /// The `__workload` argument lists, one per child process.
+    fn child_args(&self) -> Vec<Vec<OsString>> {
+        let args = |list: &[&str]| list.iter().map(OsString::from).collect::<Vec<_>>();
+        match self {
+            Self::Storm(Storm::Threads(ThreadsParams { threads, reps, stagger_us, rate })) => {
+                let mut a = args(&["threads", "--threads", &threads.to_string()]);
+                a.extend(args(&["--reps", &reps.to_string()]));
+                a.extend(match rate {
+                    Some(rate) => args(&["--rate", &rate.to_string()]),
+                    None => args(&["--stagger-us", &stagger_us.to_string()]),
+                });
+                vec![a]
+            }
+            Self::Storm(Storm::Fork(f)) => fork_loops(*f, "fork", &args),
+            Self::Storm(Storm::Ipcns(f)) => fork_loops(*f, "ipcns", &args),
+            Self::Command { program, argv } => {
+                let mut a = args(&["exec", "--program"]);
+                a.push(program.clone().into());
+                a.push("--".into());
+                a.extend(argv.iter().cloned());
+                vec![a]
+            }
         }
     }
 }
 
-/// A workload child waiting at its gate.
-pub struct GatedChild {
-    pub pid: u32,
-    gate: File,
+/// `--count` shared out over `--parallel` loops (the first ones take the remainder); loops that
+/// would fork nothing are not started.
+fn fork_loops(
+    f: ForkParams,
+    kind: &str,
+    args: &dyn Fn(&[&str]) -> Vec<OsString>,
+) -> Vec<Vec<OsString>> {
+    split(f.count, f.parallel)
+        .into_iter()
+        .map(|count| args(&[kind, "--count", &count.to_string()]))
+        .collect()
 }
 
-/// A workload child that has been let through its gate.
-#[derive(Clone, Copy)]
-pub struct RunningChild {
-    pub pid: u32,
-    pub started: Instant,
+fn split(count: u32, parts: u32) -> Vec<u32> {
+    (0..parts.min(count)).map(|i| count / parts + u32::from(i < count % parts)).collect()
 }
 
-/// How the workload child ended, as `wait4` reported it.
-#[derive(Clone, Copy, Debug)]
+/// Workload children waiting at their gates.
+pub struct Gated {
+    children: Vec<Child>,
+}
+
+struct Child {
+    pid: u32,
+    pidfd: PidFd,
+    channel: ParentEnd,
+}
+
+/// Workload children let through their gates.
+pub struct Running {
+    children: Vec<(u32, ParentEnd)>,
+    killer: Killer,
+    started: Instant,
+}
+
+/// Kills the workload's children from anywhere, safely after they were reaped too.
+#[derive(Clone)]
+pub struct Killer(Arc<Vec<PidFd>>);
+
+/// How the workload children ended, as `wait4` reported them.
+#[derive(Clone, Debug)]
 pub struct ChildOutcome {
-    /// Raw wait status.
-    pub status: i32,
+    /// Raw wait status of each child, by pid.
+    pub statuses: Vec<(u32, i32)>,
+    /// User and sys time of the children and of everything they waited for.
     pub user: Duration,
     pub sys: Duration,
-    /// From the gate opening to the child being reaped.
+    /// From the gates opening to the last child being reaped.
     pub elapsed: Duration,
+    /// The drivers' reports added up; `None` when a child sent none (killed, or a command).
+    pub report: Option<DriverReport>,
 }
 
 impl ChildOutcome {
-    /// `None` when the child exited with status 0, else what happened to it.
+    /// `None` when every child exited with status 0, else what happened to the first that did
+    /// not.
     pub fn failure(&self) -> Option<String> {
-        let s = self.status;
-        if libc::WIFEXITED(s) {
-            let code = libc::WEXITSTATUS(s);
-            (code != 0).then(|| format!("exited with status {code}"))
-        } else if libc::WIFSIGNALED(s) {
-            Some(format!("was killed by signal {}", libc::WTERMSIG(s)))
-        } else {
-            Some(format!("ended with wait status {s:#x}"))
-        }
-    }
-}
-
-/// Starts the workload child; it waits at its gate until [`GatedChild::open`].
-pub fn spawn(run: &RunArgs) -> anyhow::Result<GatedChild> {
-    let (gate_read, gate_write) = pipe().context("creating the workload gate pipe")?;
-    let exe = std::env::current_exe().context("locating exitprof's own executable")?;
-    let mut cmd = Command::new(exe);
-    cmd.arg("__workload").arg("--gate-fd").arg(gate_read.as_raw_fd().to_string());
-    match run.workload {
-        WorkloadKind::Threads => {
-            let p = run.threads;
-            cmd.args(["threads", "--threads", &p.threads.to_string()])
-                .args(["--reps", &p.reps.to_string()])
-                .args(["--stagger-us", &p.stagger_us.to_string()]);
-        }
-    }
-    cmd.stdin(Stdio::null());
-    let read_fd = gate_read.as_raw_fd();
-    // SAFETY: only fcntl, which is async-signal-safe, runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::fcntl(read_fd, libc::F_SETFD, 0) < 0 {
-                return Err(io::Error::last_os_error());
+        self.statuses.iter().find_map(|&(_, s)| {
+            if libc::WIFEXITED(s) {
+                let code = libc::WEXITSTATUS(s);
+                (code != 0).then(|| format!("exited with status {code}"))
+            } else if libc::WIFSIGNALED(s) {
+                Some(format!("was killed by signal {}", libc::WTERMSIG(s)))
+            } else {
+                Some(format!("ended with wait status {s:#x}"))
             }
-            Ok(())
-        });
-    }
-    let child = cmd.spawn().context("starting the workload child process")?;
-    drop(gate_read);
-    Ok(GatedChild { pid: child.id(), gate: File::from(gate_write) })
-}
-
-impl GatedChild {
-    /// Lets the child start its storm.
-    pub fn open(mut self) -> anyhow::Result<RunningChild> {
-        let started = Instant::now();
-        self.gate.write_all(b"g").context("opening the workload gate")?;
-        Ok(RunningChild { pid: self.pid, started })
-    }
-}
-
-impl RunningChild {
-    /// Blocks until the child ends; reaps it.
-    pub fn wait(&self) -> anyhow::Result<ChildOutcome> {
-        let mut status = 0;
-        // SAFETY: rusage is plain data, filled in by the kernel.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        loop {
-            // SAFETY: valid pointers to locals; the pid is our own unreaped child.
-            let rc = unsafe { libc::wait4(self.pid as i32, &mut status, 0, &mut usage) };
-            if rc >= 0 {
-                break;
-            }
-            let err = io::Error::last_os_error();
-            if err.kind() != io::ErrorKind::Interrupted {
-                return Err(err).context(format!("waiting for workload child {}", self.pid));
-            }
-        }
-        let elapsed = self.started.elapsed();
-        Ok(ChildOutcome {
-            status,
-            user: timeval(usage.ru_utime),
-            sys: timeval(usage.ru_stime),
-            elapsed,
         })
     }
+}
 
-    /// Kills the child (it is reaped by [`RunningChild::wait`]).
+/// Starts the workload's children; they wait at their gates until [`Gated::open`]. With
+/// `quiet_stdout`, a command's stdout goes to stderr (stdout carries exitprof's JSON).
+pub fn spawn(workload: &Workload, quiet_stdout: bool) -> anyhow::Result<Gated> {
+    let exe = std::env::current_exe().context("locating exitprof's own executable")?;
+    let mut children = Vec::new();
+    for args in workload.child_args() {
+        let (channel, child_end) = channel::pair().context("creating the workload channel")?;
+        let child_fd = child_end.as_raw_fd();
+        let mut cmd = Command::new(&exe);
+        cmd.arg("__workload").arg("--channel-fd").arg(child_fd.to_string()).args(args);
+        match workload {
+            Workload::Storm(_) => {
+                cmd.stdin(Stdio::null());
+            }
+            Workload::Command { .. } if quiet_stdout => {
+                let stderr =
+                    io::stderr().as_fd().try_clone_to_owned().context("duplicating stderr")?;
+                cmd.stdout(stderr);
+            }
+            Workload::Command { .. } => {}
+        }
+        // SAFETY: only fcntl, which is async-signal-safe, runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || channel::inheritable(child_fd));
+        }
+        let child = cmd.spawn().context("starting a workload child process")?;
+        let pid = child.id();
+        let pidfd =
+            PidFd::open(pid).with_context(|| format!("pidfd_open of workload child {pid}"))?;
+        children.push(Child { pid, pidfd, channel });
+    }
+    Ok(Gated { children })
+}
+
+impl Gated {
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(|c| c.pid).collect()
+    }
+
+    /// Lets every child start.
+    pub fn open(self) -> anyhow::Result<Running> {
+        let started = Instant::now();
+        let mut children = Vec::with_capacity(self.children.len());
+        let mut pidfds = Vec::with_capacity(self.children.len());
+        for Child { pid, pidfd, mut channel } in self.children {
+            channel
+                .open_gate()
+                .with_context(|| format!("opening the gate of workload child {pid}"))?;
+            children.push((pid, channel));
+            pidfds.push(pidfd);
+        }
+        Ok(Running { children, killer: Killer(Arc::new(pidfds)), started })
+    }
+}
+
+impl Running {
+    pub fn killer(&self) -> Killer {
+        self.killer.clone()
+    }
+
+    /// Blocks until every child has ended; reaps them.
+    pub fn wait(self) -> anyhow::Result<ChildOutcome> {
+        let mut outcome = ChildOutcome {
+            statuses: Vec::new(),
+            user: Duration::ZERO,
+            sys: Duration::ZERO,
+            elapsed: Duration::ZERO,
+            report: Some(DriverReport::default()),
+        };
+        let mut channels = Vec::new();
+        for (pid, channel) in self.children {
+            let (status, usage) = wait4(pid)?;
+            outcome.statuses.push((pid, status));
+            outcome.user += timeval(usage.ru_utime);
+            outcome.sys += timeval(usage.ru_stime);
+            channels.push(channel);
+        }
+        outcome.elapsed = self.started.elapsed();
+        for channel in channels {
+            let report = channel.report().context("reading a workload driver's report")?;
+            outcome.report = match (outcome.report, report) {
+                (Some(total), Some(r)) => Some(total.add(r)),
+                _ => None,
+            };
+        }
+        Ok(outcome)
+    }
+}
+
+impl Killer {
     pub fn kill(&self) {
-        // SAFETY: signalling our own child, which stays unreaped until `wait`.
-        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+        for pidfd in self.0.iter() {
+            if let Err(e) = pidfd.signal(libc::SIGKILL) {
+                log::warn!("could not kill a workload child: {e}");
+            }
+        }
+    }
+}
+
+/// Reaps our child `pid`; its wait status and rusage.
+fn wait4(pid: u32) -> anyhow::Result<(i32, libc::rusage)> {
+    let mut status = 0;
+    // SAFETY: rusage is plain data, filled in by the kernel.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: valid pointers to locals; the pid is our own unreaped child.
+        if unsafe { libc::wait4(pid as i32, &mut status, 0, &mut usage) } >= 0 {
+            return Ok((status, usage));
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err).context(format!("waiting for workload child {pid}"));
+        }
     }
 }
 
@@ -152,30 +265,57 @@ fn timeval(tv: libc::timeval) -> Duration {
     Duration::new(tv.tv_sec as u64, tv.tv_usec as u32 * 1000)
 }
 
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: `fds` has room for the two descriptors pipe2 returns.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-/// The child side: waits at the gate, then runs the storm. Returns the process exit code.
+/// The child side: waits at the gate, then runs the storm or becomes the command.
 pub fn run_child(child: WorkloadChild) -> anyhow::Result<()> {
-    if let Some(gate_fd) = child.gate_fd {
-        // SAFETY: the parent passed us this descriptor, open and owned by nobody else here.
-        let mut gate = unsafe { File::from_raw_fd(gate_fd) };
-        let mut byte = [0u8; 1];
-        if gate.read(&mut byte).context("waiting at the workload gate")? == 0 {
-            bail!("exitprof went away before the storm started");
-        }
+    let mut channel = match child.channel_fd {
+        // SAFETY: exitprof passed this socket to us alone.
+        Some(fd) => Some(unsafe { ChildEnd::from_raw_fd(fd) }.context("the workload channel")?),
+        None => None,
+    };
+    if let Some(channel) = &mut channel {
+        channel.wait_gate().context("waiting at the workload gate")?;
     }
-    match child.workload {
-        ChildWorkload::Threads(params) => {
-            threads::run(params).context("threads storm")?;
+    let report = match child.workload {
+        ChildWorkload::Threads(params) => threads::run(params).context("threads storm")?,
+        ChildWorkload::Fork(f) => forks::run(f.count, forks::Child::Exit).context("fork storm")?,
+        ChildWorkload::Ipcns(f) => {
+            forks::run(f.count, forks::Child::NewIpcNamespace).context("ipcns storm")?
         }
+        ChildWorkload::Exec { program, argv } => {
+            drop(channel);
+            let err = command::exec(program.as_ref(), &argv);
+            return Err(err).with_context(|| format!("executing {}", program.display()));
+        }
+    };
+    if let Some(channel) = channel {
+        channel.send(&report).context("sending the storm's report")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_shared_out() {
+        assert_eq!(split(1024, 1), [1024]);
+        assert_eq!(split(10, 3), [4, 3, 3]);
+        assert_eq!(split(2, 4), [1, 1]);
+    }
+
+    #[test]
+    fn children_get_their_share() {
+        let w = Workload::Storm(Storm::Ipcns(ForkParams { count: 5, parallel: 2 }));
+        assert_eq!(w.expected_exits(), Some(5));
+        let args = w.child_args();
+        assert_eq!(args, [["ipcns", "--count", "3"], ["ipcns", "--count", "2"]]);
+        let w =
+            Workload::Command { program: "/bin/sh".into(), argv: vec!["sh".into(), "-c".into()] };
+        assert_eq!(w.expected_exits(), None);
+        assert_eq!(w.child_args(), [["exec", "--program", "/bin/sh", "--", "sh", "-c"]]);
+        let rate = ThreadsParams { threads: 4, reps: 2, stagger_us: 2, rate: Some(100) };
+        let args = Workload::Storm(Storm::Threads(rate)).child_args();
+        assert_eq!(args, [["threads", "--threads", "4", "--reps", "2", "--rate", "100"]]);
+    }
 }

@@ -1,57 +1,119 @@
-//! The 2006 taskstats thread's storm: N threads x reps; thread i sleeps `(N-i)*stagger` us, then
-//! exits; every rep creates all its threads, then joins them all. Raw pthreads, as the seed.
+//! The 2006 taskstats thread's storm: N threads x reps; thread i sleeps `(N-i)*stagger`, then
+//! exits; every rep creates all its threads, then joins them all. Raw pthreads with default
+//! attributes, as the seed: `std::thread` costs more per thread (an alternate signal stack
+//! mapped for every thread, and its bookkeeping), which would be charged to the storm.
 
-use std::{io, ptr};
+use std::{
+    io, ptr,
+    time::{Duration, Instant},
+};
 
+use super::{channel::DriverReport, pacer::Pacer};
 use crate::cli::ThreadsParams;
 
-extern "C" fn sleep_then_exit(sleep_us: *mut libc::c_void) -> *mut libc::c_void {
-    let sleep_us = sleep_us as usize;
-    if sleep_us > 0 {
-        // SAFETY: plain libc call. A u32 product never overflows useconds_t on 64-bit targets
-        // because the CLI bounds both factors to u32.
-        unsafe { libc::usleep(sleep_us as libc::useconds_t) };
-    }
+extern "C" fn sleep_then_exit(sleep_ns: *mut libc::c_void) -> *mut libc::c_void {
+    let ns = sleep_ns as u64;
+    let ts = libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: a valid timespec; no remainder wanted. Like the seed's usleep, it sleeps even for
+    // zero (usleep(0) is a nanosleep system call too) and ignores interruptions.
+    unsafe { libc::nanosleep(&ts, ptr::null_mut()) };
     ptr::null_mut()
 }
 
-/// Runs the storm in the calling process; returns the number of threads that exited.
-pub fn run(params: ThreadsParams) -> io::Result<u64> {
-    let ThreadsParams { threads, reps, stagger_us } = params;
-    let n = threads as usize;
-    let mut handles: Vec<libc::pthread_t> = Vec::with_capacity(n);
-    let mut exited = 0;
+/// Runs the storm in the calling process.
+pub fn run(params: ThreadsParams) -> io::Result<DriverReport> {
+    let ThreadsParams { threads, reps, stagger_us, rate } = params;
+    let mut report = DriverReport::default();
+    let mut handles = Vec::with_capacity(threads as usize);
+    let Some(rate) = rate else {
+        let stagger_ns = u64::from(stagger_us) * 1000;
+        for _ in 0..reps {
+            rep(threads, stagger_ns, &mut handles, &mut report)?;
+        }
+        return Ok(report);
+    };
+    let mut pacer = Pacer::new(threads, reps, rate);
     for _ in 0..reps {
-        handles.clear();
-        let mut create_error = None;
-        for i in 0..n {
-            let sleep_us = (n - i) * stagger_us as usize;
-            let mut handle: libc::pthread_t = 0;
-            // SAFETY: `sleep_then_exit` takes its argument by value (an integer in a pointer)
-            // and the default attributes are used.
-            let rc = unsafe {
-                libc::pthread_create(&mut handle, ptr::null(), sleep_then_exit, sleep_us as *mut _)
-            };
-            if rc != 0 {
-                create_error = Some(io::Error::from_raw_os_error(rc));
-                break;
-            }
-            handles.push(handle);
-        }
-        for &handle in &handles {
-            // SAFETY: every handle comes from a successful pthread_create and is joined once.
-            let rc = unsafe { libc::pthread_join(handle, ptr::null_mut()) };
-            if rc != 0 {
-                return Err(io::Error::from_raw_os_error(rc));
-            }
-            exited += 1;
-        }
-        if let Some(err) = create_error {
-            return Err(io::Error::new(
-                err.kind(),
-                format!("pthread_create failed after {} threads of this rep: {err}", handles.len()),
-            ));
-        }
+        let stagger_ns = pacer.next_stagger_ns();
+        let started = Instant::now();
+        rep(threads, stagger_ns, &mut handles, &mut report)?;
+        pacer.rep_done(stagger_ns, started.elapsed());
+        report.staggers_ns.push(stagger_ns);
     }
-    Ok(exited)
+    Ok(report)
+}
+
+/// How fast this machine runs one rep of `threads` threads with no sleep: the ceiling of any
+/// `--rate` (without probes; probes only lower it). Exits per second.
+pub fn burst_rate(threads: u32) -> io::Result<f64> {
+    let mut handles = Vec::with_capacity(threads as usize);
+    let started = Instant::now();
+    rep(threads, 0, &mut handles, &mut DriverReport::default())?;
+    Ok(f64::from(threads) / started.elapsed().max(Duration::from_nanos(1)).as_secs_f64())
+}
+
+/// One rep: creates every thread, then joins them all.
+fn rep(
+    threads: u32,
+    stagger_ns: u64,
+    handles: &mut Vec<libc::pthread_t>,
+    report: &mut DriverReport,
+) -> io::Result<()> {
+    handles.clear();
+    let mut create_error = None;
+    for i in 0..threads {
+        let sleep_ns = u64::from(threads - i).saturating_mul(stagger_ns);
+        let mut handle: libc::pthread_t = 0;
+        // SAFETY: `sleep_then_exit` takes its argument by value (an integer in a pointer) and
+        // the default attributes are used.
+        let rc = unsafe {
+            libc::pthread_create(&mut handle, ptr::null(), sleep_then_exit, sleep_ns as *mut _)
+        };
+        if rc != 0 {
+            create_error = Some(io::Error::from_raw_os_error(rc));
+            break;
+        }
+        handles.push(handle);
+        report.created += 1;
+    }
+    for &handle in handles.iter() {
+        // SAFETY: every handle comes from a successful pthread_create and is joined once.
+        let rc = unsafe { libc::pthread_join(handle, ptr::null_mut()) };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        report.exited += 1;
+    }
+    match create_error {
+        Some(err) => Err(io::Error::new(
+            err.kind(),
+            format!("pthread_create failed after {} threads of this rep: {err}", handles.len()),
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_thread_is_created_and_joined() {
+        let params = ThreadsParams { threads: 20, reps: 3, stagger_us: 1, rate: None };
+        let report = run(params).unwrap();
+        assert_eq!((report.created, report.exited), (60, 60));
+        assert!(report.staggers_ns.is_empty());
+    }
+
+    #[test]
+    fn a_paced_storm_records_its_staggers() {
+        let params = ThreadsParams { threads: 10, reps: 3, stagger_us: 0, rate: Some(10_000) };
+        let report = run(params).unwrap();
+        assert_eq!(report.exited, 30);
+        assert_eq!(report.staggers_ns.len(), 3);
+        assert_eq!(report.staggers_ns[0], 100_000, "first rep: 1/rate per thread");
+    }
 }

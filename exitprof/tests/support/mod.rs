@@ -27,9 +27,10 @@ pub fn run(args: &[&str]) -> Output {
     exitprof().args(args).output().expect("exitprof starts")
 }
 
-/// Runs exitprof with `args --json`, requires success, and parses the document.
+/// Runs exitprof with `--json args`, requires success, and parses the document.
 pub fn run_json(args: &[&str]) -> Value {
-    let out = exitprof().args(args).arg("--json").output().expect("exitprof starts");
+    // --json first: everything after `--` belongs to the command being profiled.
+    let out = exitprof().arg("--json").args(args).output().expect("exitprof starts");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exitprof {args:?} failed ({}):\n{stderr}", out.status);
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -43,4 +44,77 @@ pub fn run_json(args: &[&str]) -> Value {
 /// A numeric field of a JSON object, as f64.
 pub fn num(v: &Value, key: &str) -> f64 {
     v[key].as_f64().unwrap_or_else(|| panic!("no number {key} in {v}"))
+}
+
+/// A running `exitprof --json ...` that watches processes (--pid, --comm, --all).
+pub struct Watcher {
+    child: std::process::Child,
+    stderr: std::sync::mpsc::Receiver<String>,
+    args: Vec<String>,
+}
+
+impl Watcher {
+    /// Starts exitprof with `--json args` and returns once it says it is watching.
+    pub fn start(args: &[&str]) -> Self {
+        use std::io::BufRead as _;
+        let mut child = exitprof()
+            .arg("--json")
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("exitprof starts");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().expect("piped stderr");
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut watcher =
+            Self { child, stderr: rx, args: args.iter().map(|s| s.to_string()).collect() };
+        let line = watcher.next_line_containing("watching");
+        eprintln!("{line}");
+        watcher
+    }
+
+    /// Waits (30 s at most) for a line of stderr containing `needle`; returns it.
+    pub fn next_line_containing(&mut self, needle: &str) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut seen = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match self.stderr.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(line) => seen.push(line),
+                Err(_) => break,
+            }
+        }
+        let _ = self.child.kill();
+        panic!(
+            "exitprof {:?} never printed {needle:?}; stderr so far:\n{}",
+            self.args,
+            seen.join("\n")
+        );
+    }
+
+    /// Sends `signal` to exitprof.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: signalling our own child, which is not reaped before `finish`.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
+
+    /// Waits for exitprof to end; requires success and returns its JSON document.
+    pub fn finish(self) -> Value {
+        let out = self.child.wait_with_output().expect("exitprof runs");
+        let rest: Vec<String> = self.stderr.try_iter().collect();
+        assert!(
+            out.status.success(),
+            "exitprof {:?} failed ({}):\n{}",
+            self.args,
+            out.status,
+            rest.join("\n")
+        );
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("exitprof {:?} printed no JSON document ({e})", self.args))
+    }
 }

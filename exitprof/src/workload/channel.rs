@@ -1,0 +1,113 @@
+//! The socket between exitprof and a workload child: exitprof opens the child's gate through it
+//! once its probes are attached, and the child sends its report back through it at the end.
+
+use std::{
+    io::{self, Read as _, Write as _},
+    os::{
+        fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd},
+        unix::net::UnixStream,
+    },
+};
+
+use serde::{Deserialize, Serialize};
+
+/// What a driver tells exitprof when its storm is over.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriverReport {
+    /// Tasks the driver created (threads or processes).
+    pub created: u64,
+    /// Tasks it saw exit (joined or waited for).
+    pub exited: u64,
+    /// Per rep, the stagger the rate pacer chose (ns); empty without --rate.
+    pub staggers_ns: Vec<u64>,
+}
+
+impl DriverReport {
+    /// Two drivers' reports as one.
+    pub fn add(mut self, other: Self) -> Self {
+        self.created += other.created;
+        self.exited += other.exited;
+        self.staggers_ns.extend(other.staggers_ns);
+        self
+    }
+}
+
+/// exitprof's end of the channel.
+pub struct ParentEnd(UnixStream);
+
+/// The child's end, inherited across exec as a plain descriptor.
+pub struct ChildEnd(UnixStream);
+
+/// A connected pair; both ends close on exec until [`inheritable`] says otherwise for the child.
+pub fn pair() -> io::Result<(ParentEnd, OwnedFd)> {
+    let (parent, child) = UnixStream::pair()?;
+    Ok((ParentEnd(parent), OwnedFd::from(child)))
+}
+
+/// Lets `fd` survive exec; for use between fork and exec (fcntl is async-signal-safe).
+pub fn inheritable(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on a descriptor number, no memory involved.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl ParentEnd {
+    /// Lets the child start its storm.
+    pub fn open_gate(&mut self) -> io::Result<()> {
+        self.0.write_all(b"g")
+    }
+
+    /// The child's report, once it has been reaped; `None` when it sent none (it was killed,
+    /// failed, or became another program). Reads only what is there: a descendant that inherited
+    /// the socket could keep it open.
+    pub fn report(mut self) -> io::Result<Option<DriverReport>> {
+        self.0.set_nonblocking(true)?;
+        let mut text = Vec::new();
+        if let Err(e) = self.0.read_to_end(&mut text)
+            && e.kind() != io::ErrorKind::WouldBlock
+        {
+            return Err(e);
+        }
+        if text.is_empty() {
+            return Ok(None);
+        }
+        serde_json::from_slice(&text)
+            .map(Some)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+}
+
+impl ChildEnd {
+    /// Takes over the descriptor exitprof passed, and closes it on exec from now on.
+    ///
+    /// # Safety
+    /// `fd` must be an open socket that nothing else in this process owns.
+    pub unsafe fn from_raw_fd(fd: RawFd) -> io::Result<Self> {
+        // SAFETY: the caller's promise.
+        let stream = unsafe { UnixStream::from_raw_fd(fd) };
+        // SAFETY: fcntl on our own open descriptor.
+        if unsafe { libc::fcntl(stream.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self(stream))
+    }
+
+    /// Blocks until exitprof opens the gate.
+    pub fn wait_gate(&mut self) -> io::Result<()> {
+        let mut byte = [0u8; 1];
+        if self.0.read(&mut byte)? == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "exitprof went away before the storm started",
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn send(mut self, report: &DriverReport) -> io::Result<()> {
+        let text = serde_json::to_string(report).map_err(io::Error::other)?;
+        self.0.write_all(text.as_bytes())
+    }
+}
