@@ -15,6 +15,9 @@ pub enum DeferredKind {
     Reap = 3,
     /// The RCU callback freed a task (`object` = its pid) at `start_ns` (`sched_process_free`).
     TaskFreed = 4,
+    /// A task queued the `free_ipc` work item at `start_ns`: a namespace it released waits for
+    /// the next run.
+    IpcFreeQueued = 5,
 }
 
 impl DeferredKind {
@@ -24,6 +27,7 @@ impl DeferredKind {
             2 => Some(Self::IpcNsFreed),
             3 => Some(Self::Reap),
             4 => Some(Self::TaskFreed),
+            5 => Some(Self::IpcFreeQueued),
             _ => None,
         }
     }

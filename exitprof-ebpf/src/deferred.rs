@@ -152,6 +152,18 @@ pub fn fexit_exit_synchronize_rcu(_ctx: FExitContext) -> u32 {
     0
 }
 
+/// `workqueue_queue_work(int req_cpu, struct pool_workqueue *pwq, struct work_struct *work)`:
+/// `put_ipc_ns` queued the `free_ipc` work item (only when it was not pending already).
+#[btf_tracepoint]
+pub fn workqueue_queue_work(ctx: BtfTracePointContext) -> i32 {
+    let work: *const u8 = ctx.arg(2);
+    if read_at::<u64>(work, WORK_FUNC_OFFSET.load()) == Some(FREE_IPC_ADDR.load()) {
+        let now = now_ns();
+        emit(DeferredKind::IpcFreeQueued, now, now, 0, 0);
+    }
+    0
+}
+
 /// `workqueue_execute_start(struct work_struct *work)`: in tracepoint mode, a run of the work
 /// item whose function is `free_ipc` (address from kallsyms).
 #[btf_tracepoint]

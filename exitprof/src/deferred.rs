@@ -15,12 +15,22 @@ use crate::{
     histogram::{Latency, Summary},
 };
 
+/// Exits remembered per IPC namespace address: enough to outlast a reuse of the address while
+/// the records of the old namespace are still on their way.
+const EXITS_KEPT_PER_NS: usize = 4;
+
 /// Everything deferred that was seen, and how it joined.
 #[derive(Default)]
 pub struct DeferredWork {
     /// Whether every namespace freed is seen by name (`shm_exit_ns`); in tracepoint mode only
     /// the namespaces of recorded exits are recognised among `free_ipc`'s kfrees.
     exact_ns_frees: bool,
+    /// Whether `synchronize_rcu` is probed (else there is no RCU wait to record).
+    rcu_wait_measured: bool,
+    /// When `free_ipc` was last queued, and when the last run that has ended started: a run
+    /// queued after the latter is still to come.
+    ipc_last_queued: u64,
+    ipc_last_run_start: u64,
     ipc_runs: Latency,
     ipc_rcu_wait: Latency,
     /// Namespaces freed per `free_ipc` run, keyed by the run's start.
@@ -32,8 +42,10 @@ pub struct DeferredWork {
     exit_to_task_free: Latency,
     namespaces_freed: u64,
     namespaces_joined: u64,
-    /// Namespace address -> end of the latest exit seen in it.
-    exits_by_ns: HashMap<u64, u64>,
+    /// Namespace address -> ends of the latest exits seen in it, oldest first. A freed
+    /// namespace's address can be reused at once, and the two ring buffers do not keep each
+    /// other's order, so a free is joined to the latest exit that ended before it.
+    exits_by_ns: HashMap<u64, Vec<u64>>,
     /// Namespaces freed before their exit's record arrived: address -> (run start, free time).
     early_ns_frees: HashMap<u64, (u64, u64)>,
     /// Leader exits waiting for their reap, and reaps waiting for their exit: pid -> times.
@@ -44,18 +56,27 @@ pub struct DeferredWork {
 }
 
 impl DeferredWork {
-    pub fn new(exact_ns_frees: bool) -> Self {
-        Self { exact_ns_frees, ..Self::default() }
+    pub fn new(exact_ns_frees: bool, rcu_wait_measured: bool) -> Self {
+        Self { exact_ns_frees, rcu_wait_measured, ..Self::default() }
     }
 
     /// An exit was recorded: remember what deferred work can be joined to it.
     pub fn exit(&mut self, exit: &Exit) {
         let end = exit.end_ns();
         if exit.ipc_ns != 0 {
-            if let Some((run, freed)) = self.early_ns_frees.remove(&exit.ipc_ns) {
-                self.join_ns_free(run, end, freed);
-            } else {
-                self.exits_by_ns.insert(exit.ipc_ns, end);
+            match self.early_ns_frees.remove(&exit.ipc_ns) {
+                Some((run, freed)) if freed >= end => self.join_ns_free(run, end, freed),
+                early => {
+                    if let Some(early) = early {
+                        self.early_ns_frees.insert(exit.ipc_ns, early);
+                    }
+                    let ends = self.exits_by_ns.entry(exit.ipc_ns).or_default();
+                    let at = ends.partition_point(|&e| e <= end);
+                    ends.insert(at, end);
+                    if ends.len() > EXITS_KEPT_PER_NS {
+                        ends.remove(0);
+                    }
+                }
             }
         }
         if exit.pid == exit.tgid {
@@ -79,15 +100,21 @@ impl DeferredWork {
         match DeferredKind::from_u32(r.kind) {
             Some(DeferredKind::IpcFreeRun) => {
                 self.ipc_runs.record(r.end_ns.saturating_sub(r.start_ns), 0);
-                self.ipc_rcu_wait.record(r.wait_ns, r.wait_ns);
+                if self.rcu_wait_measured {
+                    self.ipc_rcu_wait.record(r.wait_ns, r.wait_ns);
+                }
                 self.ipc_batches.entry(r.start_ns).or_default();
+                self.ipc_last_run_start = self.ipc_last_run_start.max(r.start_ns);
+            }
+            Some(DeferredKind::IpcFreeQueued) => {
+                self.ipc_last_queued = self.ipc_last_queued.max(r.start_ns);
             }
             Some(DeferredKind::IpcNsFreed) => {
                 if self.exact_ns_frees {
                     self.namespaces_freed += 1;
                     *self.ipc_batches.entry(r.start_ns).or_default() += 1;
                 }
-                match self.exits_by_ns.remove(&r.object) {
+                match self.take_exit_before(r.object, r.end_ns) {
                     Some(exit_end) => self.join_ns_free(r.start_ns, exit_end, r.end_ns),
                     // Without exact frees, most of a run's kfrees are not namespaces at all.
                     None if self.exact_ns_frees => {
@@ -120,6 +147,19 @@ impl DeferredWork {
         }
     }
 
+    /// The end of the latest exit in namespace `ns` that ended before `freed`, taken out with
+    /// the exits before it (they belonged to the same namespace).
+    fn take_exit_before(&mut self, ns: u64, freed: u64) -> Option<u64> {
+        let ends = self.exits_by_ns.get_mut(&ns)?;
+        let before = ends.partition_point(|&e| e <= freed);
+        let end = ends[..before].last().copied();
+        ends.drain(..before);
+        if ends.is_empty() {
+            self.exits_by_ns.remove(&ns);
+        }
+        end
+    }
+
     fn join_ns_free(&mut self, run_start: u64, exit_end: u64, freed: u64) {
         self.namespaces_joined += 1;
         if !self.exact_ns_frees {
@@ -139,6 +179,11 @@ impl DeferredWork {
             Some(delay) => self.exit_to_reap.record(delay, 0),
             None => self.reaped_before_exit_end += 1,
         }
+    }
+
+    /// Whether a queued `free_ipc` run has not run (to its end) yet.
+    pub fn awaiting_ipc_run(&self) -> bool {
+        self.ipc_last_queued > self.ipc_last_run_start
     }
 
     /// Exits still waiting for their task to be freed.
@@ -222,4 +267,79 @@ pub struct TaskFreeReport {
     pub exit_to_free_ns: Summary,
     /// Exits whose task was not freed by the end of the run.
     pub not_freed_yet: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use exitprof_common::point::{Marker, Point};
+
+    use super::*;
+    use crate::exits::PointHit;
+
+    fn exit(pid: u32, tgid: u32, ipc_ns: u64, start: u64, end: u64) -> Exit {
+        let hit = |point, ts_ns| PointHit { point, ts_ns, off_cpu_ns: 0 };
+        Exit {
+            pid,
+            tgid,
+            flags: 0,
+            lost_hits: 0,
+            cpu: 0,
+            ipc_ns,
+            hits: vec![
+                hit(Point::Marker(Marker::DoExit), start),
+                hit(Point::Marker(Marker::FinalSwitch), end),
+            ],
+        }
+    }
+
+    fn record(kind: DeferredKind, start_ns: u64, end_ns: u64, object: u64) -> DeferredRecord {
+        DeferredRecord { kind: kind as u32, pid: 99, start_ns, end_ns, object, wait_ns: 0 }
+    }
+
+    #[test]
+    fn a_reused_namespace_address_joins_each_free_to_its_own_exit() {
+        let mut d = DeferredWork::new(false, false);
+        // Namespace 0xA is freed at 200 and its address reused by the next child, whose exit
+        // (ending at 300) is read before the first free.
+        d.exit(&exit(10, 10, 0xA, 50, 100));
+        d.exit(&exit(11, 11, 0xA, 250, 300));
+        d.record(&record(DeferredKind::IpcFreeRun, 150, 210, 0));
+        d.record(&record(DeferredKind::IpcNsFreed, 150, 200, 0xA));
+        d.record(&record(DeferredKind::IpcNsFreed, 350, 400, 0xA));
+        let r = d.report();
+        assert_eq!(r.ipc.namespaces_joined, 2);
+        assert_eq!(r.ipc.exit_to_free_ns.count, 2);
+        assert_eq!(r.ipc.exit_to_free_ns.min_ns, 100, "each free joins the exit before it");
+        // A kfree of something else in a run is not a namespace in tracepoint mode.
+        d.record(&record(DeferredKind::IpcNsFreed, 350, 401, 0xB));
+        assert_eq!(d.report().ipc.namespaces_freed, 2);
+    }
+
+    #[test]
+    fn deferred_work_can_arrive_before_its_exit() {
+        let mut d = DeferredWork::new(true, true);
+        d.record(&record(DeferredKind::IpcNsFreed, 500, 600, 0xC));
+        d.record(&record(DeferredKind::Reap, 450, 470, 12));
+        d.record(&record(DeferredKind::TaskFreed, 900, 900, 12));
+        d.exit(&exit(12, 12, 0xC, 100, 400));
+        let r = d.report();
+        assert_eq!((r.ipc.namespaces_freed, r.ipc.namespaces_joined), (1, 1));
+        assert_eq!(r.ipc.exit_to_free_ns.max_ns, 200);
+        assert_eq!(r.reap.release_task_ns.max_ns, 20);
+        assert_eq!(r.reap.exit_to_reap_ns.max_ns, 70);
+        assert_eq!(r.task_free.exit_to_free_ns.max_ns, 500);
+        assert_eq!(d.awaiting_task_free(), 0);
+    }
+
+    #[test]
+    fn a_queued_run_is_awaited_until_one_starts_after_it() {
+        let mut d = DeferredWork::new(true, false);
+        assert!(!d.awaiting_ipc_run());
+        d.record(&record(DeferredKind::IpcFreeQueued, 100, 100, 0));
+        assert!(d.awaiting_ipc_run());
+        d.record(&record(DeferredKind::IpcFreeRun, 90, 95, 0));
+        assert!(d.awaiting_ipc_run(), "a run that started before the queueing does not count");
+        d.record(&record(DeferredKind::IpcFreeRun, 120, 130, 0));
+        assert!(!d.awaiting_ipc_run());
+    }
 }

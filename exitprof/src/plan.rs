@@ -72,6 +72,8 @@ pub enum Deferred {
     SynchronizeRcu,
     /// The parent's `release_task` of a zombie child.
     Reap,
+    /// `workqueue_queue_work` of `free_ipc`: a namespace release waits for the next run.
+    WorkqueueQueue,
     /// Tracepoint fallbacks for the `free_ipc` work item.
     WorkqueueStart,
     WorkqueueEnd,
@@ -101,6 +103,7 @@ impl SiteId {
                 Deferred::ShmExitNs => "shm_exit_ns",
                 Deferred::SynchronizeRcu => "synchronize_rcu",
                 Deferred::Reap => "reap (parent's release_task)",
+                Deferred::WorkqueueQueue => "workqueue_queue_work (free_ipc)",
                 Deferred::WorkqueueStart => "workqueue_execute_start (free_ipc)",
                 Deferred::WorkqueueEnd => "workqueue_execute_end (free_ipc)",
                 Deferred::Kfree => "kfree (in free_ipc)",
@@ -213,6 +216,7 @@ const SITES: &[Site] = &[
     site(SiteId::Marker(Marker::FinalSwitch), Hook::BtfTracepoint("sched_switch")),
     // Deferred work.
     site(FREE_IPC_NS, Hook::Function(&["free_ipc_ns", "free_ipc", "put_ipc_ns"])),
+    site(SiteId::Deferred(Deferred::WorkqueueQueue), Hook::BtfTracepoint("workqueue_queue_work")),
     fallback(
         SiteId::Deferred(Deferred::WorkqueueStart),
         Hook::BtfTracepoint("workqueue_execute_start"),
@@ -349,6 +353,12 @@ impl Plan {
         self.points.iter().any(|p| p.site == SHM_EXIT_NS)
     }
 
+    /// Whether the RCU grace period inside `free_ipc` runs is measured (`synchronize_rcu`
+    /// probed).
+    pub fn measures_rcu_wait(&self) -> bool {
+        self.points.iter().any(|p| p.site == SiteId::Deferred(Deferred::SynchronizeRcu))
+    }
+
     fn require(&self, what: &'static str, any_of: &[Marker]) -> Result<(), PlanError> {
         if self.points.iter().any(|p| any_of.iter().any(|m| p.site == SiteId::Marker(*m))) {
             return Ok(());
@@ -377,7 +387,9 @@ fn resolve_site(facts: &KernelFacts, mode: AttachMode, site: &Site) -> Result<Pl
             let btf = facts.btf.as_ref().ok_or("kernel BTF is missing")?;
             if matches!(
                 site.id,
-                SiteId::Deferred(Deferred::WorkqueueStart | Deferred::WorkqueueEnd)
+                SiteId::Deferred(
+                    Deferred::WorkqueueQueue | Deferred::WorkqueueStart | Deferred::WorkqueueEnd
+                )
             ) && facts.kallsyms.address("free_ipc").is_none_or(|a| a == 0)
             {
                 return Err("the address of free_ipc is not in kallsyms".to_owned());

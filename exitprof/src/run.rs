@@ -293,7 +293,8 @@ pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunO
         exits.drain(|b| session.exit_record(b));
         deferred.drain(|b| session.deferred_record(b));
         let settled = collect::in_progress(&probes.ebpf, stop_ns, keep)? == 0
-            && session.deferred.awaiting_task_free() == 0;
+            && session.deferred.awaiting_task_free() == 0
+            && !session.deferred.awaiting_ipc_run();
         if settled || settle_start.elapsed() >= SETTLE_TIMEOUT {
             break;
         }

@@ -37,7 +37,7 @@ impl Session {
     pub fn new(plan: &Plan) -> Self {
         Self {
             profile: Profile::new(plan),
-            deferred: DeferredWork::new(plan.sees_every_ipc_ns_free()),
+            deferred: DeferredWork::new(plan.sees_every_ipc_ns_free(), plan.measures_rcu_wait()),
             undecodable: 0,
             exclusion: Exclusion { drivers: HashSet::new(), own_tgid: std::process::id() },
             stop_ns: u64::MAX,

@@ -153,7 +153,7 @@ pub(crate) mod tests {
             burst_rate: None,
             started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000),
             profile,
-            deferred: DeferredWork::new(true),
+            deferred: DeferredWork::new(true, true),
             losses: Losses::default(),
             interrupted: None,
         }
