@@ -40,6 +40,12 @@ pub enum Command {
     /// Prints the probe plan for the running kernel: every probe point, how it would be
     /// attached and to what, and what is unavailable and why. Nothing is attached.
     Plan(PlanArgs),
+    /// Runs the storm with a condition on and off, interleaved, and reports the seeds'
+    /// Yes/No/Ovhd table of user, sys and elapsed time, with the stages that explain it.
+    Compare(CompareArgs),
+    /// Compares a condition on and off at rising exit rates (one row per --stagger): the 2006
+    /// table of %overhead of user, sys and elapsed time against the exit rate.
+    Sweep(SweepArgs),
     /// Runs a workload driver in this process (internal; also runs it with no probes at all
     /// when started directly, which is how the driver benchmark measures it).
     #[command(name = "__workload", hide = true)]
@@ -293,13 +299,44 @@ impl Cli {
         let mut command = Self::command();
         let matches = command.try_get_matches_from_mut(args)?;
         let cli = Self::from_arg_matches(&matches)?;
-        if cli.command.is_none() {
-            cli.run
-                .check_options(&matches)
+        let checked = match (&cli.command, matches.subcommand()) {
+            (None, _) => Some((&cli.run, &matches)),
+            (Some(Command::Compare(c)), Some((_, sub))) => Some((&c.run, sub)),
+            (Some(Command::Sweep(s)), Some((_, sub))) => Some((&s.compare.run, sub)),
+            _ => None,
+        };
+        if let Some((run, matches)) = checked {
+            run.check_options(matches)
                 .map_err(|msg| command.error(ErrorKind::ArgumentConflict, msg))?;
         }
         Ok(cli)
     }
+}
+
+/// `exitprof compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// The condition switched on and off between runs.
+    #[arg(long, value_enum, value_name = "CONDITION")]
+    pub toggle: Condition,
+    /// Runs of each side (the 2006 thread averaged 10).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub runs: u32,
+    #[command(flatten)]
+    pub condition: ConditionOptions,
+}
+
+/// `exitprof sweep`.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub compare: CompareArgs,
+    /// Stagger values (us) of the threads storm, one row each: a lower stagger is a higher exit
+    /// rate.
+    #[arg(long = "stagger", value_name = "US,US,...", value_delimiter = ',', required = true)]
+    pub staggers: Vec<u32>,
 }
 
 /// The hidden child-process side of a workload.

@@ -67,6 +67,28 @@ pub struct KernelLosses {
 }
 
 impl KernelLosses {
+    /// What was lost since `earlier` (the counters only grow).
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            ringbuf_full: self.ringbuf_full - earlier.ringbuf_full,
+            state_map_full: self.state_map_full - earlier.state_map_full,
+            tracked_map_full: self.tracked_map_full - earlier.tracked_map_full,
+            deferred_ringbuf_full: self.deferred_ringbuf_full - earlier.deferred_ringbuf_full,
+            stale_records: self.stale_records - earlier.stale_records,
+        }
+    }
+
+    /// Both counts together.
+    pub fn plus(&self, other: &Self) -> Self {
+        Self {
+            ringbuf_full: self.ringbuf_full + other.ringbuf_full,
+            state_map_full: self.state_map_full + other.state_map_full,
+            tracked_map_full: self.tracked_map_full + other.tracked_map_full,
+            deferred_ringbuf_full: self.deferred_ringbuf_full + other.deferred_ringbuf_full,
+            stale_records: self.stale_records + other.stale_records,
+        }
+    }
+
     pub fn read(ebpf: &Ebpf) -> anyhow::Result<Self> {
         let map: PerCpuArray<_, u64> = PerCpuArray::try_from(
             ebpf.map("LOSSES").context("the eBPF object has no LOSSES map")?,

@@ -2,6 +2,7 @@
 
 mod cli;
 mod collect;
+mod compare;
 mod conditions;
 mod deferred;
 mod exits;
@@ -22,6 +23,7 @@ mod run;
 mod session;
 mod signals;
 mod stages;
+mod stats;
 mod verdict;
 mod watch;
 mod workload;
@@ -34,7 +36,6 @@ use crate::{
     cli::{Cli, Command, UsageError},
     export::{ExportSet, ExportTarget},
     report::{document::RunDocument, plan::PlanDocument, terminal},
-    run::RunOutcome,
 };
 
 fn main() -> ExitCode {
@@ -54,6 +55,8 @@ fn main() -> ExitCode {
         Some(Command::Workload(child)) => workload::run_child(child),
         Some(Command::Plan(args)) => print_plan(&args),
         Some(Command::Condition(args)) => hold::run(args),
+        Some(Command::Compare(args)) => compare_and_report(args, None),
+        Some(Command::Sweep(args)) => compare_and_report(args.compare, Some(args.staggers)),
         None => run_and_report(cli.run),
     };
     match result {
@@ -91,19 +94,12 @@ fn run_and_report(args: cli::RunArgs) -> anyhow::Result<()> {
     let doc = RunDocument::new(&outcome);
     let document = serde_json::to_string_pretty(&doc)?;
     let text = if json { format!("{document}\n") } else { terminal::render(&doc) };
-    // A reader that went away (`| head`) is not an error worth a report of its own.
-    if let Err(e) = std::io::stdout().write_all(text.as_bytes())
-        && e.kind() != std::io::ErrorKind::BrokenPipe
-    {
-        return Err(e).context("writing the report");
-    }
-    // An interrupted run is exported too: its exports say it is partial.
-    let exported = write_exports(&outcome, &doc, document, &exports);
-    if let Some(signal) = outcome.interrupted {
-        // The shell convention for death by a signal, after a complete (partial) report.
-        std::process::exit(128 + signal);
-    }
-    exported?;
+    publish(
+        &text,
+        &exports,
+        || ExportSet::from_run(&outcome, &doc, document),
+        outcome.interrupted,
+    )?;
     if let Some(failure) = outcome.child.as_ref().and_then(|c| c.failure()) {
         let what = match outcome.target {
             cli::Target::Command(_) => "command",
@@ -114,20 +110,42 @@ fn run_and_report(args: cli::RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes every export, each on its own: one that fails is reported and the others are written.
-fn write_exports(
-    outcome: &RunOutcome,
-    doc: &RunDocument,
-    document: String,
+fn compare_and_report(args: cli::CompareArgs, staggers: Option<Vec<u32>>) -> anyhow::Result<()> {
+    let exports = args.run.export_targets().unwrap_or_else(|usage| usage.exit());
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let report = runtime.block_on(compare::run(&args, staggers.as_deref(), &exports))?;
+    let text = if args.run.json { format!("{}\n", report.document) } else { report.text };
+    publish(&text, &exports, || report.export_set, report.interrupted)
+}
+
+/// Prints the report, then writes the exports (an interrupted run's too: they say it is
+/// partial), then ends the process as the signal would have, when one cut the run short.
+fn publish(
+    text: &str,
     exports: &[ExportTarget],
+    set: impl FnOnce() -> ExportSet,
+    interrupted: Option<i32>,
 ) -> anyhow::Result<()> {
-    if exports.is_empty() {
-        return Ok(());
+    // A reader that went away (`| head`) is not an error worth a report of its own.
+    if let Err(e) = std::io::stdout().write_all(text.as_bytes())
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        return Err(e).context("writing the report");
     }
-    let set = ExportSet::from_run(outcome, doc, document);
+    let exported = if exports.is_empty() { Ok(()) } else { write_exports(&set(), exports) };
+    if let Some(signal) = interrupted {
+        // The shell convention for death by a signal, after a complete (partial) report.
+        std::process::exit(128 + signal);
+    }
+    exported
+}
+
+/// Writes every export, each on its own: one that fails is reported and the others are written.
+fn write_exports(set: &ExportSet, exports: &[ExportTarget]) -> anyhow::Result<()> {
     let mut failed = 0;
     for target in exports {
-        match export::write(&set, target) {
+        match export::write(set, target) {
             Ok(()) => log::info!("wrote {} ({})", target.path.display(), target.format),
             Err(e) => {
                 eprintln!("exitprof: error: {:#}", anyhow::Error::new(e));

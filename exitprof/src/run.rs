@@ -18,7 +18,7 @@ use crate::{
     deferred::DeferredWork,
     export::{self, ExportTarget},
     kernel::{KernelFacts, tracefs},
-    load::{self, LoadOptions},
+    load::{self, LoadOptions, Probes},
     pidfd::PidFd,
     plan::{AttachMode, Plan, Planned, Wants},
     privileges,
@@ -134,7 +134,7 @@ pub fn preflight(exports: &[ExportTarget]) -> anyhow::Result<()> {
 
 /// Raises RLIMIT_MEMLOCK for kernels that still charge BPF maps to it (before v5.11); newer
 /// kernels charge the memory cgroup, so failing here is fine.
-fn bump_memlock() {
+pub fn bump_memlock() {
     let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
     // SAFETY: a valid rlimit struct.
     if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) } != 0 {
@@ -155,7 +155,7 @@ pub fn plan(mode: AttachMode, wants: Wants) -> anyhow::Result<(KernelFacts, Plan
 }
 
 /// A target checked against the machine, ready to start or watch.
-enum Prepared {
+pub enum Prepared {
     Workload(Workload),
     Pid(u32),
     Comm([u8; COMM_LEN]),
@@ -165,7 +165,7 @@ enum Prepared {
 /// Checks the request against the machine before anything is loaded: a storm within the limits,
 /// a reachable --rate, a command that exists, a pid that does. Returns the ready target and, for
 /// --rate, the burst rate measured.
-fn prepare(target: &Target) -> anyhow::Result<(Prepared, Option<f64>)> {
+pub fn prepare(target: &Target) -> anyhow::Result<(Prepared, Option<f64>)> {
     match target {
         Target::Storm(storm) => {
             let limits = SystemLimits::read().context("reading the system's limits")?;
@@ -225,89 +225,89 @@ fn check_rate(rate: u64, threads: u32) -> anyhow::Result<f64> {
     Ok(best)
 }
 
+/// The probe plan to use for `target`.
+pub fn plan_for(target: &Target, mode: AttachMode) -> anyhow::Result<(KernelFacts, Plan)> {
+    // Following IPC namespace frees costs a probe on every kfree in tracepoint mode: only for
+    // the storm that makes them.
+    let wants = Wants { ipc_frees_via_kfree: matches!(target, Target::Storm(Storm::Ipcns(_))) };
+    let (facts, plan) = plan(mode, wants)?;
+    describe_attach(&plan.points);
+    Ok((facts, plan))
+}
+
+/// exitprof's programs attached, with the ring buffers they fill. Dropping it detaches them.
+pub struct Attached {
+    pub probes: Probes,
+    exits: RecordStream,
+    deferred: RecordStream,
+}
+
+impl Attached {
+    pub fn new(plan: &Plan, facts: &KernelFacts, options: LoadOptions) -> anyhow::Result<Self> {
+        let mut probes = load::load_and_attach(plan, facts, options)?;
+        let exits = RecordStream::take(&mut probes.ebpf, "EXITS")?;
+        let deferred = RecordStream::take(&mut probes.ebpf, "DEFERRED")?;
+        Ok(Self { probes, exits, deferred })
+    }
+
+    /// What the kernel side lost so far.
+    pub fn kernel_losses(&self) -> anyhow::Result<(KernelLosses, u64)> {
+        Ok((KernelLosses::read(&self.probes.ebpf)?, self.probes.misses()?))
+    }
+
+    /// Detaches everything, saying how long it took.
+    pub fn detach(self) {
+        let detach_start = Instant::now();
+        drop(self);
+        log::info!("detached in {} ms", detach_start.elapsed().as_millis());
+    }
+}
+
+/// The load-time options for a run's target.
+pub fn load_options(prepared: &Prepared, args: &RunArgs) -> LoadOptions {
+    LoadOptions {
+        trace_all: matches!(prepared, Prepared::All),
+        target_comm: match prepared {
+            Prepared::Comm(comm) => *comm,
+            _ => [0; COMM_LEN],
+        },
+        ringbuf_bytes: args.ringbuf_bytes,
+        kretprobe_maxactive: args.probes.kretprobe_maxactive,
+    }
+}
+
 /// Profiles one run.
 pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunOutcome> {
     let target = args.target();
     let (prepared, burst_rate) = prepare(&target)?;
     preflight(exports)?;
     bump_memlock();
-    // Following IPC namespace frees costs a probe on every kfree in tracepoint mode: only for
-    // the storm that makes them.
-    let wants = Wants { ipc_frees_via_kfree: matches!(target, Target::Storm(Storm::Ipcns(_))) };
-    let (facts, plan) = plan(args.probes.attach, wants)?;
-    describe_attach(&plan.points);
-    let options = LoadOptions {
-        trace_all: matches!(prepared, Prepared::All),
-        target_comm: match prepared {
-            Prepared::Comm(comm) => comm,
-            _ => [0; COMM_LEN],
-        },
-        ringbuf_bytes: args.ringbuf_bytes,
-        kretprobe_maxactive: args.probes.kretprobe_maxactive,
-    };
-    let mut probes = load::load_and_attach(&plan, &facts, options)?;
-    let mut exits = RecordStream::take(&mut probes.ebpf, "EXITS")?;
-    let mut deferred = RecordStream::take(&mut probes.ebpf, "DEFERRED")?;
+    let (facts, plan) = plan_for(&target, args.probes.attach)?;
+    let mut attached = Attached::new(&plan, &facts, load_options(&prepared, &args))?;
     let mut signals = Signals::new()?;
 
     let mut session = Session::new(&plan);
     let started_at = SystemTime::now();
-    let started = Instant::now();
-    let Started { mut end, killer } =
-        start(prepared, &target, &args, &mut probes.ebpf, &mut session)?;
-
     let expected_exits = match &target {
         Target::Storm(storm) => Workload::Storm(*storm).expected_exits(),
         _ => None,
     };
     let mut progress = Progress::new(expected_exits, !args.json);
-    let mut ticker = tokio::time::interval(progress::INTERVAL);
-    let mut interrupted = None;
-    let end = loop {
-        tokio::select! {
-            ready = exits.ready() => { ready?; exits.drain(|b| session.exit_record(b)); }
-            ready = deferred.ready() => { ready?; deferred.drain(|b| session.deferred_record(b)); }
-            ended = &mut end => break ended?,
-            signal = signals.next(), if interrupted.is_none() => {
-                let Some(killer) = &killer else { break End::Signal };
-                progress.finish();
-                eprintln!("exitprof: {}: stopping the workload; partial results follow", signal_name(signal));
-                interrupted = Some(signal);
-                killer.kill();
-            }
-            _ = ticker.tick(), if progress.is_shown() => progress.update(session.profile.exits),
-        }
-    };
-    progress.finish();
-    let elapsed = started.elapsed();
-    // Exits that start from now on are outside the run.
-    let stop_ns = monotonic_ns();
-    session.stop_ns = stop_ns;
+    let started = start(
+        prepared,
+        &target,
+        args.duration,
+        args.json,
+        Some(&mut attached.probes.ebpf),
+        &mut session,
+    )?;
+    let collected =
+        collect_until(started, Some(&mut attached), &mut session, &mut signals, &mut progress)
+            .await?;
+    let (kernel, probe_misses) = attached.kernel_losses()?;
+    attached.detach();
 
-    // The target has ended, but its last tasks may not have switched out for good yet, and
-    // deferred work (RCU callbacks, the free_ipc kworker) runs later still.
-    let exclusion = session.exclusion.clone();
-    let keep = |pid, tgid| !exclusion.excludes(pid, tgid);
-    let settle_start = Instant::now();
-    loop {
-        exits.drain(|b| session.exit_record(b));
-        deferred.drain(|b| session.deferred_record(b));
-        let settled = collect::in_progress(&probes.ebpf, stop_ns, keep)? == 0
-            && session.deferred.awaiting_task_free() == 0
-            && !session.deferred.awaiting_ipc_run();
-        if settled || settle_start.elapsed() >= SETTLE_TIMEOUT {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let unfinished = collect::in_progress(&probes.ebpf, stop_ns, keep)? as u64;
-    let kernel = KernelLosses::read(&probes.ebpf)?;
-    let probe_misses = probes.misses()?;
-    let detach_start = Instant::now();
-    drop((exits, deferred));
-    drop(probes);
-    log::info!("detached in {} ms", detach_start.elapsed().as_millis());
-
+    let Collected { end, interrupted, elapsed, unfinished } = collected;
     let Session { profile, deferred, undecodable, .. } = session;
     let losses = Losses { kernel, undecodable, unfinished, hits: profile.lost_hits, probe_misses };
     let (elapsed, child, ended) = match end {
@@ -333,26 +333,122 @@ pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunO
     })
 }
 
+/// What collecting a target's records found.
+pub struct Collected {
+    pub end: End,
+    /// The signal that stopped exitprof's children, if one did.
+    pub interrupted: Option<i32>,
+    /// From the start of collecting to the end of the target.
+    pub elapsed: Duration,
+    /// Exits of the target still in progress when collecting stopped.
+    pub unfinished: u64,
+}
+
+/// Collects records until the target ends (or a signal stops exitprof's children), then until
+/// its last exits reach their final switch-out and the deferred work they caused has run.
+/// Without probes attached it only waits for the target.
+pub async fn collect_until(
+    started: Started,
+    attached: Option<&mut Attached>,
+    session: &mut Session,
+    signals: &mut Signals,
+    progress: &mut Progress,
+) -> anyhow::Result<Collected> {
+    let Started { mut end, killer } = started;
+    let begin = Instant::now();
+    let (mut probes, mut exits, mut deferred) = match attached {
+        Some(a) => (Some(&a.probes), Some(&mut a.exits), Some(&mut a.deferred)),
+        None => (None, None, None),
+    };
+    let mut ticker = tokio::time::interval(progress::INTERVAL);
+    let mut interrupted = None;
+    let end = loop {
+        tokio::select! {
+            ready = ready(exits.as_deref_mut()) => {
+                ready?;
+                drain(exits.as_deref_mut(), |b| session.exit_record(b));
+            }
+            ready = ready(deferred.as_deref_mut()) => {
+                ready?;
+                drain(deferred.as_deref_mut(), |b| session.deferred_record(b));
+            }
+            ended = &mut end => break ended?,
+            signal = signals.next(), if interrupted.is_none() => {
+                let Some(killer) = &killer else { break End::Signal };
+                progress.finish();
+                eprintln!("exitprof: {}: stopping the workload; partial results follow", signal_name(signal));
+                interrupted = Some(signal);
+                killer.kill();
+            }
+            _ = ticker.tick(), if progress.is_shown() => progress.update(session.profile.exits),
+        }
+    };
+    progress.finish();
+    let elapsed = begin.elapsed();
+    // Exits that start from now on are outside the run.
+    let stop_ns = monotonic_ns();
+    session.stop_ns = stop_ns;
+    let Some(probes) = probes.take() else {
+        return Ok(Collected { end, interrupted, elapsed, unfinished: 0 });
+    };
+
+    // The target has ended, but its last tasks may not have switched out for good yet, and
+    // deferred work (RCU callbacks, the free_ipc kworker) runs later still.
+    let exclusion = session.exclusion.clone();
+    let keep = |pid, tgid| !exclusion.excludes(pid, tgid);
+    let settle_start = Instant::now();
+    loop {
+        drain(exits.as_deref_mut(), |b| session.exit_record(b));
+        drain(deferred.as_deref_mut(), |b| session.deferred_record(b));
+        let settled = collect::in_progress(&probes.ebpf, stop_ns, keep)? == 0
+            && session.deferred.awaiting_task_free() == 0
+            && !session.deferred.awaiting_ipc_run();
+        if settled || settle_start.elapsed() >= SETTLE_TIMEOUT {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let unfinished = collect::in_progress(&probes.ebpf, stop_ns, keep)? as u64;
+    Ok(Collected { end, interrupted, elapsed, unfinished })
+}
+
+/// Waits for records on a stream; forever when there is none.
+async fn ready(stream: Option<&mut RecordStream>) -> anyhow::Result<()> {
+    match stream {
+        Some(stream) => stream.ready().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn drain(stream: Option<&mut RecordStream>, f: impl FnMut(&[u8])) {
+    if let Some(stream) = stream {
+        stream.drain(f);
+    }
+}
+
 /// The target, started or found, with what ends the run.
-struct Started {
+pub struct Started {
     end: Pin<Box<dyn Future<Output = anyhow::Result<End>>>>,
     /// Kills exitprof's children, for targets it started.
     killer: Option<Killer>,
 }
 
-/// Starts the workload's children, or begins to watch processes exitprof did not start.
-fn start(
+/// Starts the workload's children, or begins to watch processes exitprof did not start. With
+/// the loaded object (`ebpf`), their exits are recorded.
+pub fn start(
     prepared: Prepared,
     target: &Target,
-    args: &RunArgs,
-    ebpf: &mut aya::Ebpf,
+    duration: Option<Duration>,
+    quiet_stdout: bool,
+    mut ebpf: Option<&mut aya::Ebpf>,
     session: &mut Session,
 ) -> anyhow::Result<Started> {
-    let duration = args.duration;
     match prepared {
         Prepared::Workload(workload) => {
-            let gated = workload::spawn(&workload, args.json)?;
-            collect::track(ebpf, &gated.pids())?;
+            let gated = workload::spawn(&workload, quiet_stdout)?;
+            if let Some(ebpf) = ebpf.as_deref_mut() {
+                collect::track(ebpf, &gated.pids())?;
+            }
             if let Workload::Storm(_) = workload {
                 // The drivers' own exits are not part of the storm they drive.
                 session.exclusion.drivers.extend(gated.pids());
@@ -368,6 +464,7 @@ fn start(
         Prepared::Pid(pid) => {
             let exited = PidFd::open(pid)
                 .with_context(|| format!("pid {pid} ended before exitprof could watch it"))?;
+            let ebpf = ebpf.context("watching a process needs exitprof's probes")?;
             let followed = track_tree(ebpf, pid)?;
             eprintln!(
                 "exitprof: watching pid {pid} and its descendants ({followed} now){}",
@@ -399,7 +496,7 @@ fn start(
 }
 
 /// How the main loop ended.
-enum End {
+pub enum End {
     Reaped(ChildOutcome),
     ProcessExited,
     Elapsed,

@@ -50,7 +50,7 @@ impl ExportSet {
 
 /// The workload as the document names it: its kind, and every parameter it has, whatever the
 /// workload (so a new workload's parameters are exported without a change here).
-fn workload(doc: &WorkloadDoc) -> Workload {
+pub(super) fn workload(doc: &WorkloadDoc) -> Workload {
     let Ok(Value::Object(fields)) = serde_json::to_value(doc) else {
         unreachable!("a workload document is a JSON object of plain values")
     };

@@ -8,6 +8,7 @@
 
 mod atomic_file;
 mod csv;
+mod from_compare;
 mod from_run;
 mod hlog;
 mod json;

@@ -1,5 +1,7 @@
 //! The machine-readable result of a run (`--json`).
 
+use std::time::Duration;
+
 use serde::Serialize;
 
 use crate::{
@@ -7,8 +9,10 @@ use crate::{
     deferred::DeferredReport,
     histogram::{Bucket, Latency},
     plan::{AttachMode, Planned, Unplanned},
+    profile::Profile,
     run::{Ended, Losses, RunOutcome},
     verdict::run_verdict,
+    workload::ChildOutcome,
 };
 
 /// How far the achieved rate may be from a --rate target and still count as reached.
@@ -117,28 +121,42 @@ impl StageDoc {
     }
 }
 
+/// The stage table of a profile: the whole exit first (named `exit`), then each stage in kernel
+/// order.
+pub fn stage_docs(profile: &Profile) -> Vec<StageDoc> {
+    let mut stages = vec![StageDoc::new("exit".to_owned(), profile.exit(), 1.0, Vec::new())];
+    stages.extend(profile.rows().into_iter().map(|row| {
+        StageDoc::new(
+            row.stage.name.clone(),
+            row.latency,
+            row.share_of_exit,
+            row.stage.covers.clone(),
+        )
+    }));
+    stages
+}
+
+/// Exits per second: for storms as the 2006 thread computed it, from the drivers' counts
+/// ((created + exited) / elapsed / 2); otherwise exits recorded / elapsed.
+pub fn exit_rate(child: Option<&ChildOutcome>, elapsed: Duration, recorded: u64) -> f64 {
+    let elapsed_s = elapsed.as_secs_f64();
+    if elapsed_s <= 0.0 {
+        return 0.0;
+    }
+    match child.and_then(|c| c.report.as_ref()) {
+        Some(r) => (r.created + r.exited) as f64 / 2.0 / elapsed_s,
+        None => recorded as f64 / elapsed_s,
+    }
+}
+
 impl RunDocument {
     pub fn new(run: &RunOutcome) -> Self {
         let elapsed_s = run.elapsed.as_secs_f64();
         let recorded = run.profile.exits;
-        let rows = run.profile.rows();
-        let verdict = run_verdict(run.profile.exit(), &rows);
-        let mut stages =
-            vec![StageDoc::new("exit".to_owned(), run.profile.exit(), 1.0, Vec::new())];
-        stages.extend(rows.into_iter().map(|row| {
-            StageDoc::new(
-                row.stage.name.clone(),
-                row.latency,
-                row.share_of_exit,
-                row.stage.covers.clone(),
-            )
-        }));
+        let verdict = run_verdict(run.profile.exit(), &run.profile.rows());
+        let stages = stage_docs(&run.profile);
         let report = run.child.as_ref().and_then(|c| c.report.as_ref());
-        let per_s = |n: f64| if elapsed_s > 0.0 { n / elapsed_s } else { 0.0 };
-        let exit_rate = match report {
-            Some(r) => per_s((r.created + r.exited) as f64 / 2.0),
-            None => per_s(recorded as f64),
-        };
+        let exit_rate = exit_rate(run.child.as_ref(), run.elapsed, recorded);
         let rate = match run.target {
             Target::Storm(Storm::Threads(ThreadsParams { rate: Some(target), .. })) => {
                 Some(RateDoc {
@@ -176,7 +194,7 @@ impl RunDocument {
 }
 
 impl WorkloadDoc {
-    fn new(target: &Target, duration_s: Option<f64>) -> Self {
+    pub fn new(target: &Target, duration_s: Option<f64>) -> Self {
         match target {
             Target::Storm(Storm::Threads(p)) => Self::Threads(*p),
             Target::Storm(Storm::Fork(f)) => Self::Fork(*f),

@@ -66,7 +66,7 @@ fn heading(w: &WorkloadDoc) -> &'static str {
     }
 }
 
-fn describe(w: &WorkloadDoc) -> String {
+pub fn describe(w: &WorkloadDoc) -> String {
     let for_duration = |d: &Option<f64>| match d {
         Some(secs) => format!(" for up to {secs:.1} s"),
         None => String::new(),

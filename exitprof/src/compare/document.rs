@@ -1,0 +1,330 @@
+//! What `compare` and `sweep` report, for a person and as JSON.
+
+use std::fmt::Write as _;
+
+use comfy_table::{CellAlignment, Table, presets::NOTHING};
+use serde::Serialize;
+
+use super::{
+    Comparer, Comparison, SideRuns,
+    table::{
+        MetricRow, RunMeasure, StageDeltas, compare_verdict, metric_rows, signed, stage_deltas,
+    },
+};
+use crate::{
+    cli::Target,
+    conditions::Condition,
+    deferred::DeferredReport,
+    plan::{AttachMode, Planned},
+    report::{
+        document::{StageDoc, WorkloadDoc, stage_docs},
+        fmt_ns, fmt_rate,
+        terminal::describe,
+    },
+    run::Losses,
+    stats::Spread,
+    verdict::run_verdict,
+};
+
+/// The `compare --json` document.
+#[derive(Debug, Serialize)]
+pub struct CompareDocument {
+    /// The comparison was cut short: each side has fewer runs than asked for.
+    pub partial: bool,
+    pub kernel: String,
+    pub attach: AttachMode,
+    pub workload: WorkloadDoc,
+    pub condition: Condition,
+    pub condition_means: &'static str,
+    pub runs_per_side: u32,
+    #[serde(flatten)]
+    pub result: ComparisonDoc,
+    /// Each side: its runs, exits and stage table.
+    pub on: SideDoc,
+    pub off: SideDoc,
+    pub probes: Vec<Planned>,
+}
+
+/// What a comparison found.
+#[derive(Debug, Serialize)]
+pub struct ComparisonDoc {
+    /// The seeds' table: user, sys and elapsed time, Yes (on) and No (off), medians and
+    /// spreads, Ovhd%.
+    pub table: Vec<MetricRow>,
+    pub exit_rate_on: Spread,
+    pub exit_rate_off: Spread,
+    /// The taskstats listener's counts, on the side it ran.
+    pub listener: Option<ListenerDoc>,
+    /// Per exit, each stage on both sides and what explains the difference (both sides
+    /// profiled).
+    pub stage_deltas: Option<StageDeltas>,
+    pub verdict: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ListenerDoc {
+    /// Messages received per run.
+    pub messages_per_run: Spread,
+    /// ENOBUFS reports over all runs: the kernel dropped messages for a full socket.
+    pub enobufs: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SideDoc {
+    pub runs: Vec<RunMeasure>,
+    pub profiled: bool,
+    pub exits_recorded: u64,
+    pub lost: u64,
+    pub losses: Losses,
+    /// The whole exit, then each stage (empty when not profiled).
+    pub stages: Vec<StageDoc>,
+    pub verdict: Option<String>,
+    pub deferred: DeferredReport,
+}
+
+impl SideDoc {
+    fn new(side: &SideRuns) -> Self {
+        let profile = &side.session.profile;
+        let losses = side_losses(side);
+        Self {
+            runs: side.measures.clone(),
+            profiled: side.profiled,
+            exits_recorded: profile.exits,
+            lost: losses.exits(),
+            losses,
+            stages: if side.profiled { stage_docs(profile) } else { Vec::new() },
+            verdict: side.profiled.then(|| run_verdict(profile.exit(), &profile.rows())),
+            deferred: side.session.deferred.report(),
+        }
+    }
+}
+
+/// Every way an exit can be missing from one side's profile.
+pub fn side_losses(side: &SideRuns) -> Losses {
+    Losses {
+        kernel: side.kernel_losses,
+        undecodable: side.session.undecodable,
+        unfinished: side.unfinished,
+        hits: side.session.profile.lost_hits,
+        probe_misses: side.probe_misses,
+    }
+}
+
+impl ComparisonDoc {
+    pub fn new(c: &Comparison) -> Self {
+        let (on, off) = (&c.on, &c.off);
+        let table = metric_rows(&on.measures, &off.measures);
+        let rates =
+            |m: &[RunMeasure]| Spread::of(&m.iter().map(|m| m.exit_rate).collect::<Vec<_>>());
+        let listener = on.measures.iter().any(|m| m.listener_messages.is_some()).then(|| {
+            let messages: Vec<f64> =
+                on.measures.iter().filter_map(|m| m.listener_messages).map(|n| n as f64).collect();
+            ListenerDoc {
+                messages_per_run: Spread::of(&messages),
+                enobufs: on.measures.iter().filter_map(|m| m.listener_enobufs).sum(),
+            }
+        });
+        let deltas = (on.profiled && off.profiled)
+            .then(|| stage_deltas(&on.session.profile, &off.session.profile));
+        let verdict = compare_verdict(&table, deltas.as_ref());
+        Self {
+            exit_rate_on: rates(&on.measures),
+            exit_rate_off: rates(&off.measures),
+            table,
+            listener,
+            stage_deltas: deltas,
+            verdict,
+        }
+    }
+}
+
+impl CompareDocument {
+    pub fn new(comparer: &Comparer, target: &Target, c: &Comparison) -> Self {
+        Self {
+            partial: comparer.interrupted.is_some(),
+            kernel: comparer.plan.kernel.clone(),
+            attach: comparer.plan.mode,
+            workload: WorkloadDoc::new(target, None),
+            condition: comparer.condition,
+            condition_means: comparer.condition.description(),
+            runs_per_side: comparer.runs,
+            result: ComparisonDoc::new(c),
+            on: SideDoc::new(&c.on),
+            off: SideDoc::new(&c.off),
+            probes: comparer.plan.points.clone(),
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if self.partial {
+            out.push_str("PARTIAL RESULTS: the comparison was interrupted\n");
+        }
+        let _ = writeln!(
+            out,
+            "compare: {} on vs off ({}), {} runs each, interleaved\n\
+             workload: {} (kernel {}, attach {})\n",
+            self.condition.name(),
+            self.condition_means,
+            self.runs_per_side,
+            describe(&self.workload),
+            self.kernel,
+            self.attach
+        );
+        out.push_str(&render_comparison(&self.result));
+        out
+    }
+}
+
+/// The seed's table, the listener's counts, the per-stage deltas and the verdict.
+pub fn render_comparison(r: &ComparisonDoc) -> String {
+    let mut out = String::new();
+    let mut table = Table::new();
+    table.load_preset(NOTHING).set_header([
+        "",
+        "Yes (on)",
+        "No (off)",
+        "Ovhd",
+        "spread on / off",
+        "",
+    ]);
+    for row in &r.table {
+        table.add_row([
+            row.metric.to_owned(),
+            format!("{:.3} s", row.yes.median),
+            format!("{:.3} s", row.no.median),
+            format!("{:+.1}%", row.ovhd_pct),
+            format!("±{:.3} / ±{:.3} s", row.yes.iqr() / 2.0, row.no.iqr() / 2.0),
+            if row.within_noise { "within noise".to_owned() } else { String::new() },
+        ]);
+    }
+    table.add_row([
+        "exit rate".to_owned(),
+        format!("{}/s", fmt_rate(r.exit_rate_on.median)),
+        format!("{}/s", fmt_rate(r.exit_rate_off.median)),
+        String::new(),
+        String::new(),
+        String::new(),
+    ]);
+    right_align(&mut table);
+    let _ = writeln!(out, "{table}");
+    if let Some(l) = &r.listener {
+        let _ = writeln!(
+            out,
+            "listener: {:.0} messages per run (median), {} ENOBUFS in all",
+            l.messages_per_run.median, l.enobufs
+        );
+    }
+    if let Some(d) = &r.stage_deltas {
+        let mut table = Table::new();
+        table.load_preset(NOTHING).set_header(["per exit", "on", "off", "delta", "of the delta"]);
+        table.add_row([
+            "exit".to_owned(),
+            fmt_ns(d.exit_yes_ns_per_exit),
+            fmt_ns(d.exit_no_ns_per_exit),
+            signed(d.exit_delta_ns_per_exit),
+            "100%".to_owned(),
+        ]);
+        for s in &d.stages {
+            table.add_row([
+                format!("  {}", s.name),
+                fmt_ns(s.yes_ns_per_exit),
+                fmt_ns(s.no_ns_per_exit),
+                signed(s.delta_ns_per_exit),
+                format!("{:.0}%", s.share_of_delta * 100.0),
+            ]);
+        }
+        right_align(&mut table);
+        let _ = writeln!(out, "\n{table}");
+    }
+    let _ = writeln!(out, "\nverdict: {}", r.verdict);
+    out
+}
+
+fn right_align(table: &mut Table) {
+    for column in table.column_iter_mut().skip(1) {
+        column.set_cell_alignment(CellAlignment::Right);
+    }
+}
+
+/// One row of a sweep: one stagger, compared on and off.
+#[derive(Debug, Serialize)]
+pub struct SweepRow {
+    pub stagger_us: u32,
+    #[serde(flatten)]
+    pub result: ComparisonDoc,
+}
+
+/// The `sweep --json` document.
+#[derive(Debug, Serialize)]
+pub struct SweepDocument {
+    pub partial: bool,
+    pub kernel: String,
+    pub attach: AttachMode,
+    pub workload: WorkloadDoc,
+    pub condition: Condition,
+    pub condition_means: &'static str,
+    pub runs_per_side: u32,
+    pub rows: Vec<SweepRow>,
+    pub probes: Vec<Planned>,
+}
+
+impl SweepDocument {
+    /// The 2006 table: exit rate against the %overhead of user, sys and elapsed time.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if self.partial {
+            out.push_str("PARTIAL RESULTS: the sweep was interrupted\n");
+        }
+        let _ = writeln!(
+            out,
+            "sweep: {} ({}), {} runs per side and row (kernel {}, attach {})\n\
+             workload: {} (the stagger varies by row)\n",
+            self.condition.name(),
+            self.condition_means,
+            self.runs_per_side,
+            self.kernel,
+            self.attach,
+            describe(&self.workload)
+        );
+        let _ = writeln!(out, "      %ovhd of {} on over off", self.condition.name());
+        let _ = writeln!(out, "      (higher is worse; * within the run-to-run spread)\n");
+        let mut table = Table::new();
+        let mut header =
+            vec!["Stagger\n(us)", "Exit\nRate", "User\nTime", "Sys\nTime", "Elapsed\nTime"];
+        let listener = self.condition == Condition::TaskstatsListener;
+        if listener {
+            header.push("ENOBUFS");
+        }
+        table.load_preset(NOTHING).set_header(header);
+        for row in &self.rows {
+            let pct = |metric: &str| {
+                row.result.table.iter().find(|r| r.metric == metric).map_or(String::new(), |r| {
+                    format!("{:.2}{}", r.ovhd_pct, if r.within_noise { "*" } else { " " })
+                })
+            };
+            let mut cells = vec![
+                row.stagger_us.to_string(),
+                format!("{:.0}", row.result.exit_rate_off.median),
+                pct("user"),
+                pct("sys"),
+                pct("elapsed"),
+            ];
+            if listener {
+                cells.push(row.result.listener.as_ref().map_or(0, |l| l.enobufs).to_string());
+            }
+            table.add_row(cells);
+        }
+        right_align(&mut table);
+        let _ = writeln!(out, "{table}");
+        let _ = writeln!(
+            out,
+            "\nExit Rate: threads exiting per second with the condition off, (#created + \
+             #exited) / elapsed / 2."
+        );
+        for row in &self.rows {
+            let _ = writeln!(out, "stagger {:>3} us: {}", row.stagger_us, row.result.verdict);
+        }
+        out
+    }
+}

@@ -1,0 +1,302 @@
+//! `exitprof compare` and `exitprof sweep`: the same storm with a condition on and off,
+//! interleaved, measured as the seeds did (user, sys and elapsed time of the storm's process)
+//! and explained stage by stage with exitprof's probes.
+
+pub mod document;
+pub mod table;
+
+use std::time::SystemTime;
+
+use anyhow::{Context as _, bail};
+
+use self::{
+    document::{CompareDocument, ComparisonDoc, SweepDocument, SweepRow},
+    table::RunMeasure,
+};
+use crate::{
+    cli::{CompareArgs, Storm, Target, ThreadsParams, UsageError},
+    collect::KernelLosses,
+    conditions::{Condition, ConditionOptions, Side},
+    export::{ExportSet, ExportTarget},
+    kernel::KernelFacts,
+    load::LoadOptions,
+    plan::Plan,
+    progress::Progress,
+    report::document::{WorkloadDoc, exit_rate},
+    run::{self, Attached, End, Prepared, Started},
+    session::Session,
+    signals::Signals,
+    workload::Workload,
+};
+
+/// Everything one side of a comparison collected, over all its runs.
+pub struct SideRuns {
+    pub side: Side,
+    pub session: Session,
+    pub measures: Vec<RunMeasure>,
+    /// Kernel-side losses during this side's runs.
+    pub kernel_losses: KernelLosses,
+    pub probe_misses: u64,
+    pub unfinished: u64,
+    /// Whether exitprof's probes were attached on this side.
+    pub profiled: bool,
+}
+
+/// A finished comparison of one target.
+pub struct Comparison {
+    pub on: SideRuns,
+    pub off: SideRuns,
+}
+
+/// Settings shared by every run of a comparison or sweep.
+pub struct Comparer {
+    pub plan: Plan,
+    facts: KernelFacts,
+    load: LoadOptions,
+    pub condition: Condition,
+    condition_options: ConditionOptions,
+    pub runs: u32,
+    /// Attached once for all runs, unless the condition is the probes themselves.
+    attached: Option<Attached>,
+    signals: Signals,
+    pub started_at: SystemTime,
+    /// The signal that cut the comparison short.
+    pub interrupted: Option<i32>,
+}
+
+impl Comparer {
+    /// Checks the request, plans and (unless the probes are the condition) attaches.
+    pub fn new(args: &CompareArgs, exports: &[ExportTarget]) -> anyhow::Result<(Self, Workload)> {
+        let target = args.run.target();
+        let workload = match run::prepare(&target)? {
+            (Prepared::Workload(workload), _) => workload,
+            _ => {
+                return Err(UsageError(
+                    "compare and sweep drive the workload themselves: use --workload or -- CMD, \
+                     not --pid, --comm or --all"
+                        .to_owned(),
+                )
+                .into());
+            }
+        };
+        run::preflight(exports)?;
+        run::bump_memlock();
+        let (facts, plan) = run::plan_for(&target, args.run.probes.attach)?;
+        let load = run::load_options(&Prepared::Workload(workload.clone()), &args.run);
+        let attached = match args.toggle {
+            Condition::Probes => None,
+            _ => Some(Attached::new(&plan, &facts, load)?),
+        };
+        let comparer = Self {
+            plan,
+            facts,
+            load,
+            condition: args.toggle,
+            condition_options: args.condition,
+            runs: args.runs,
+            attached,
+            signals: Signals::new()?,
+            started_at: SystemTime::now(),
+            interrupted: None,
+        };
+        Ok((comparer, workload))
+    }
+
+    /// Runs `runs` storms of `workload` per side, interleaved: on/off in even rounds, off/on in
+    /// odd ones, so that a drift of the machine weighs on both sides alike.
+    pub async fn compare(
+        &mut self,
+        workload: &Workload,
+        target: &Target,
+    ) -> anyhow::Result<Comparison> {
+        let mut on = self.side(Side::On);
+        let mut off = self.side(Side::Off);
+        'rounds: for round in 0..self.runs {
+            let order = if round % 2 == 0 { [Side::On, Side::Off] } else { [Side::Off, Side::On] };
+            for side in order {
+                let runs = if side == Side::On { &mut on } else { &mut off };
+                self.storm(workload, target, runs).await?;
+                log::info!(
+                    "{} {}: run {}/{}",
+                    self.condition.name(),
+                    side_name(side),
+                    runs.measures.len(),
+                    self.runs
+                );
+                if self.interrupted.is_some() {
+                    break 'rounds;
+                }
+            }
+        }
+        Ok(Comparison { on, off })
+    }
+
+    fn side(&self, side: Side) -> SideRuns {
+        SideRuns {
+            side,
+            session: Session::new(&self.plan),
+            measures: Vec::new(),
+            kernel_losses: KernelLosses::default(),
+            probe_misses: 0,
+            unfinished: 0,
+            profiled: self.condition != Condition::Probes || side == Side::On,
+        }
+    }
+
+    /// One storm with the condition set to `runs.side`, restored afterwards.
+    async fn storm(
+        &mut self,
+        workload: &Workload,
+        target: &Target,
+        runs: &mut SideRuns,
+    ) -> anyhow::Result<()> {
+        let guard = self.condition.set(runs.side, &self.condition_options).with_context(|| {
+            format!("setting {} {}", self.condition.name(), side_name(runs.side))
+        })?;
+        let mut own = match (&self.attached, guard.probes_attached()) {
+            (None, true) => Some(Attached::new(&self.plan, &self.facts, self.load)?),
+            _ => None,
+        };
+        let mut attached = self.attached.as_mut().or(own.as_mut());
+        let before = attached.as_deref().map(Attached::kernel_losses).transpose()?;
+        let started: Started = run::start(
+            Prepared::Workload(workload.clone()),
+            target,
+            None,
+            true,
+            attached.as_deref_mut().map(|a| &mut a.probes.ebpf),
+            &mut runs.session,
+        )?;
+        let collected = run::collect_until(
+            started,
+            attached.as_deref_mut(),
+            &mut runs.session,
+            &mut self.signals,
+            &mut Progress::new(None, false),
+        )
+        .await?;
+        if let (Some(a), Some((before, misses_before))) = (attached.as_deref(), before) {
+            let (after, misses_after) = a.kernel_losses()?;
+            runs.kernel_losses = runs.kernel_losses.plus(&after.since(&before));
+            runs.probe_misses += misses_after - misses_before;
+        }
+        runs.unfinished += collected.unfinished;
+        if let Some(own) = own {
+            own.detach();
+        }
+        let restored = guard.restore().context("restoring the condition")?;
+        self.interrupted = self.interrupted.or(collected.interrupted);
+        let End::Reaped(child) = collected.end else {
+            bail!("the workload of a comparison ended without being reaped");
+        };
+        if self.interrupted.is_some() {
+            // A storm cut short measures nothing comparable.
+            return Ok(());
+        }
+        if let Some(failure) = child.failure() {
+            bail!("the workload {failure}");
+        }
+        let listener = restored.listener.as_ref();
+        runs.measures.push(RunMeasure {
+            user_s: child.user.as_secs_f64(),
+            sys_s: child.sys.as_secs_f64(),
+            elapsed_s: child.elapsed.as_secs_f64(),
+            exit_rate: exit_rate(Some(&child), child.elapsed, 0),
+            listener_messages: listener.map(|l| l.messages),
+            listener_enobufs: listener.map(|l| l.enobufs),
+        });
+        Ok(())
+    }
+
+    /// Detaches what is attached.
+    pub fn finish(self) {
+        if let Some(attached) = self.attached {
+            attached.detach();
+        }
+    }
+}
+
+/// "on" or "off".
+pub fn side_name(side: Side) -> &'static str {
+    match side {
+        Side::On => "on",
+        Side::Off => "off",
+    }
+}
+
+/// A finished compare or sweep, ready to print and export.
+pub struct Report {
+    /// The `--json` document.
+    pub document: String,
+    /// The report for a person.
+    pub text: String,
+    pub export_set: ExportSet,
+    pub interrupted: Option<i32>,
+}
+
+/// `compare` (no `staggers`) or `sweep` (one comparison per stagger of the threads storm).
+pub async fn run(
+    args: &CompareArgs,
+    staggers: Option<&[u32]>,
+    exports: &[ExportTarget],
+) -> anyhow::Result<Report> {
+    let target = args.run.target();
+    let threads = match (&target, staggers) {
+        (Target::Storm(Storm::Threads(p)), _) => Some(*p),
+        (_, Some(_)) => {
+            return Err(UsageError(
+                "sweep varies the stagger of the threads storm: use \
+                                   --workload threads"
+                    .to_owned(),
+            )
+            .into());
+        }
+        _ => None,
+    };
+    let (mut comparer, workload) = Comparer::new(args, exports)?;
+    let report = match staggers.zip(threads) {
+        None => {
+            let comparison = comparer.compare(&workload, &target).await?;
+            let doc = CompareDocument::new(&comparer, &target, &comparison);
+            let document = serde_json::to_string_pretty(&doc)?;
+            let export_set =
+                ExportSet::from_comparisons(&comparer, &target, &[(None, &comparison)], &document);
+            Report { text: doc.render(), document, export_set, interrupted: comparer.interrupted }
+        }
+        Some((staggers, params)) => {
+            let mut rows = Vec::new();
+            for &stagger_us in staggers {
+                let row = Target::Storm(Storm::Threads(ThreadsParams { stagger_us, ..params }));
+                let Target::Storm(storm) = row else { unreachable!("a storm") };
+                rows.push((stagger_us, comparer.compare(&Workload::Storm(storm), &row).await?));
+                if comparer.interrupted.is_some() {
+                    break;
+                }
+            }
+            let doc = SweepDocument {
+                partial: comparer.interrupted.is_some(),
+                kernel: comparer.plan.kernel.clone(),
+                attach: comparer.plan.mode,
+                workload: WorkloadDoc::new(&target, None),
+                condition: comparer.condition,
+                condition_means: comparer.condition.description(),
+                runs_per_side: comparer.runs,
+                rows: rows
+                    .iter()
+                    .map(|(stagger_us, c)| SweepRow {
+                        stagger_us: *stagger_us,
+                        result: ComparisonDoc::new(c),
+                    })
+                    .collect(),
+                probes: comparer.plan.points.clone(),
+            };
+            let document = serde_json::to_string_pretty(&doc)?;
+            let tagged: Vec<(Option<String>, &Comparison)> =
+                rows.iter().map(|(s, c)| (Some(format!("stagger={s}")), c)).collect();
+            let export_set = ExportSet::from_comparisons(&comparer, &target, &tagged, &document);
+            Report { text: doc.render(), document, export_set, interrupted: comparer.interrupted }
+        }
+    };
+    comparer.finish();
+    Ok(report)
+}

@@ -1,0 +1,301 @@
+//! The comparison itself: the seeds' Yes/No/Ovhd table from repeated, interleaved runs, and the
+//! per-stage deltas that explain it.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::{
+    profile::Profile,
+    report::fmt_ns,
+    stats::{Spread, overhead_pct},
+    verdict::cpu_phrase,
+};
+
+/// What one run of one side measured.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct RunMeasure {
+    pub user_s: f64,
+    pub sys_s: f64,
+    pub elapsed_s: f64,
+    /// Exits per second, as the 2006 thread computed it.
+    pub exit_rate: f64,
+    /// Taskstats listener: messages received and ENOBUFS seen during this run.
+    pub listener_messages: Option<u64>,
+    pub listener_enobufs: Option<u64>,
+}
+
+/// One row of the Yes/No/Ovhd table.
+#[derive(Clone, Debug, Serialize)]
+pub struct MetricRow {
+    pub metric: &'static str,
+    pub yes: Spread,
+    pub no: Spread,
+    /// `(Yes - No) / No * 100` of the medians.
+    pub ovhd_pct: f64,
+    /// The runs vary more than the sides differ: the overhead is not conclusive.
+    pub within_noise: bool,
+}
+
+/// How one stage differs between the sides, per exit.
+#[derive(Clone, Debug, Serialize)]
+pub struct StageDelta {
+    pub name: String,
+    pub yes_ns_per_exit: f64,
+    pub no_ns_per_exit: f64,
+    pub delta_ns_per_exit: f64,
+    /// This stage's part of the whole exit's delta.
+    pub share_of_delta: f64,
+    /// Off-CPU part of this stage's delta.
+    pub off_cpu_delta_ns_per_exit: f64,
+}
+
+/// The per-stage explanation, when both sides were profiled.
+#[derive(Clone, Debug, Serialize)]
+pub struct StageDeltas {
+    pub exit_yes_ns_per_exit: f64,
+    pub exit_no_ns_per_exit: f64,
+    pub exit_delta_ns_per_exit: f64,
+    /// Sum of the stage deltas: equals `exit_delta_ns_per_exit` up to float rounding, since on
+    /// each side the stages partition every exit exactly.
+    pub stages_delta_sum_ns_per_exit: f64,
+    /// Largest |delta| first.
+    pub stages: Vec<StageDelta>,
+}
+
+/// One measured quantity of a run.
+type Metric = fn(&RunMeasure) -> f64;
+
+/// The Yes/No/Ovhd table of user, sys and elapsed time.
+pub fn metric_rows(yes: &[RunMeasure], no: &[RunMeasure]) -> Vec<MetricRow> {
+    let metrics: [(&'static str, Metric); 3] =
+        [("user", |m| m.user_s), ("sys", |m| m.sys_s), ("elapsed", |m| m.elapsed_s)];
+    metrics
+        .into_iter()
+        .map(|(metric, value)| {
+            let yes = Spread::of(&yes.iter().map(value).collect::<Vec<_>>());
+            let no = Spread::of(&no.iter().map(value).collect::<Vec<_>>());
+            let effect = (yes.median - no.median).abs();
+            MetricRow {
+                metric,
+                ovhd_pct: overhead_pct(yes.median, no.median),
+                within_noise: effect <= yes.iqr().max(no.iqr()),
+                yes,
+                no,
+            }
+        })
+        .collect()
+}
+
+/// Per exit, how much time each stage took on each side, and which stages explain the
+/// difference of the whole exit.
+pub fn stage_deltas(yes: &Profile, no: &Profile) -> StageDeltas {
+    let per_exit = |ns: u128, exits: u64| if exits == 0 { 0.0 } else { ns as f64 / exits as f64 };
+    let by_name = |p: &Profile| -> HashMap<String, (u128, u128)> {
+        p.rows()
+            .into_iter()
+            .map(|r| (r.stage.name.clone(), (r.latency.total_ns, r.latency.off_cpu_ns)))
+            .collect()
+    };
+    let (yes_rows, no_rows) = (by_name(yes), by_name(no));
+    let exit_yes = per_exit(yes.exit().total_ns, yes.exits);
+    let exit_no = per_exit(no.exit().total_ns, no.exits);
+    let exit_delta = exit_yes - exit_no;
+    // Stages in kernel order of the side that has them, each once.
+    let mut names: Vec<String> = yes.rows().into_iter().map(|r| r.stage.name.clone()).collect();
+    for r in no.rows() {
+        if !names.contains(&r.stage.name) {
+            names.push(r.stage.name.clone());
+        }
+    }
+    let mut stages: Vec<StageDelta> = names
+        .into_iter()
+        .map(|name| {
+            let total = |rows: &HashMap<String, (u128, u128)>, exits| {
+                rows.get(&name)
+                    .map_or((0.0, 0.0), |&(ns, off)| (per_exit(ns, exits), per_exit(off, exits)))
+            };
+            let (y, y_off) = total(&yes_rows, yes.exits);
+            let (n, n_off) = total(&no_rows, no.exits);
+            let delta = y - n;
+            StageDelta {
+                share_of_delta: if exit_delta == 0.0 { 0.0 } else { delta / exit_delta },
+                off_cpu_delta_ns_per_exit: y_off - n_off,
+                yes_ns_per_exit: y,
+                no_ns_per_exit: n,
+                delta_ns_per_exit: delta,
+                name,
+            }
+        })
+        .collect();
+    let sum = stages.iter().map(|s| s.delta_ns_per_exit).sum();
+    stages.sort_by(|a, b| b.delta_ns_per_exit.abs().total_cmp(&a.delta_ns_per_exit.abs()));
+    StageDeltas {
+        exit_yes_ns_per_exit: exit_yes,
+        exit_no_ns_per_exit: exit_no,
+        exit_delta_ns_per_exit: exit_delta,
+        stages_delta_sum_ns_per_exit: sum,
+        stages,
+    }
+}
+
+/// The verdict on a comparison: which stage explains the difference, and whether it waits.
+pub fn compare_verdict(rows: &[MetricRow], deltas: Option<&StageDeltas>) -> String {
+    let mut text = String::new();
+    if let Some(d) = deltas
+        && let Some(top) = d.stages.first()
+        && d.exit_delta_ns_per_exit != 0.0
+    {
+        text.push_str(&format!(
+            "An exit takes {} with the condition on; {} explains {:.0}% of that ({}/exit), {}",
+            signed(d.exit_delta_ns_per_exit),
+            top.name,
+            top.share_of_delta * 100.0,
+            signed(top.delta_ns_per_exit),
+            cpu_phrase(off_cpu_share(top)),
+        ));
+        // Waiting is noisy; what the condition costs in computing is named on its own.
+        let on_cpu = |s: &StageDelta| s.delta_ns_per_exit - s.off_cpu_delta_ns_per_exit;
+        if off_cpu_share(top) >= 0.5
+            && let Some(compute) = d
+                .stages
+                .iter()
+                .filter(|s| on_cpu(s) > 0.0)
+                .max_by(|a, b| on_cpu(a).total_cmp(&on_cpu(b)))
+        {
+            text.push_str(&format!(
+                " On the CPU, {} costs most: {}/exit.",
+                compute.name,
+                signed(on_cpu(compute))
+            ));
+        }
+    }
+    let metric = |name: &str| rows.iter().find(|r| r.metric == name);
+    if let (Some(sys), Some(elapsed)) = (metric("sys"), metric("elapsed")) {
+        if !text.is_empty() {
+            text.push(' ');
+        }
+        text.push_str(&format!(
+            "With the condition on, the storm's sys time changes by {:+.1}%{} and its elapsed \
+             time by {:+.1}%{}.",
+            sys.ovhd_pct,
+            noise(sys),
+            elapsed.ovhd_pct,
+            noise(elapsed),
+        ));
+    }
+    text
+}
+
+/// A note when a difference is within the run-to-run spread.
+fn noise(row: &MetricRow) -> &'static str {
+    if row.within_noise { " (within the run-to-run spread: not conclusive)" } else { "" }
+}
+
+/// Off-CPU part of a stage's delta, between 0 and 1.
+fn off_cpu_share(s: &StageDelta) -> f64 {
+    if s.delta_ns_per_exit == 0.0 {
+        0.0
+    } else {
+        (s.off_cpu_delta_ns_per_exit / s.delta_ns_per_exit).clamp(0.0, 1.0)
+    }
+}
+
+/// A duration with its sign, e.g. `+2.1µs`.
+pub fn signed(ns: f64) -> String {
+    format!("{}{}", if ns < 0.0 { "-" } else { "+" }, fmt_ns(ns.abs()))
+}
+
+#[cfg(test)]
+mod tests {
+    use exitprof_common::point::{Marker, Point};
+
+    use super::*;
+    use crate::{
+        exits::{Exit, PointHit},
+        kernel::version::KernelVersion,
+        plan::{How, SiteId},
+        stages::tests::plan,
+    };
+
+    fn measure(user: f64, sys: f64, elapsed: f64) -> RunMeasure {
+        RunMeasure { user_s: user, sys_s: sys, elapsed_s: elapsed, ..RunMeasure::default() }
+    }
+
+    #[test]
+    fn the_seed_table_from_medians() {
+        let yes = [measure(0.14, 1.61, 2.01), measure(0.15, 1.60, 2.00), measure(0.13, 1.62, 2.02)];
+        let no = [measure(0.15, 1.54, 1.94), measure(0.16, 1.53, 1.93), measure(0.14, 1.55, 1.95)];
+        let rows = metric_rows(&yes, &no);
+        let sys = &rows[1];
+        assert_eq!(sys.metric, "sys");
+        assert!((sys.ovhd_pct - (1.61 - 1.54) / 1.54 * 100.0).abs() < 1e-9, "{}", sys.ovhd_pct);
+        assert!(!sys.within_noise);
+        // user differs by 0.01 s while each side spreads over 0.01 s: noise.
+        assert!(rows[0].within_noise);
+    }
+
+    fn profile_of(exits: &[&[(Point, u64)]]) -> Profile {
+        let plan = plan(
+            KernelVersion::new(6, 18, 0),
+            &[
+                (SiteId::Marker(Marker::SysEnterExit), How::Tracepoint, "syscalls:sys_enter_exit"),
+                (SiteId::Marker(Marker::SchedProcessExit), How::BtfTracepoint, "x"),
+                (SiteId::Marker(Marker::FinalSwitch), How::BtfTracepoint, "sched_switch"),
+            ],
+        );
+        let mut p = Profile::new(&plan);
+        for hits in exits {
+            p.add(&Exit {
+                pid: 2,
+                tgid: 1,
+                flags: 0,
+                lost_hits: 0,
+                cpu: 0,
+                ipc_ns: 0,
+                hits: hits
+                    .iter()
+                    .map(|&(point, ts_ns)| PointHit { point, ts_ns, off_cpu_ns: 0 })
+                    .collect(),
+            });
+        }
+        p
+    }
+
+    #[test]
+    fn stage_deltas_add_up_to_the_exit_delta() {
+        let start = Point::Marker(Marker::SysEnterExit);
+        let spe = Point::Marker(Marker::SchedProcessExit);
+        let end = Point::Marker(Marker::FinalSwitch);
+        // With the condition on, the part up to taskstats_exit takes 3 us longer.
+        let yes = profile_of(&[
+            &[(start, 0), (spe, 5_000), (end, 7_000)],
+            &[(start, 0), (spe, 4_000), (end, 7_500)],
+        ]);
+        let no = profile_of(&[
+            &[(start, 0), (spe, 1_500), (end, 3_500)],
+            &[(start, 0), (spe, 1_500), (end, 4_000)],
+        ]);
+        let d = stage_deltas(&yes, &no);
+        assert_eq!(d.exit_delta_ns_per_exit, 3_500.0);
+        assert!((d.stages_delta_sum_ns_per_exit - d.exit_delta_ns_per_exit).abs() < 1e-6);
+        let top = &d.stages[0];
+        assert_eq!(top.name, "do_exit…taskstats_exit");
+        assert_eq!(top.delta_ns_per_exit, 3_000.0);
+        assert!((top.share_of_delta - 3_000.0 / 3_500.0).abs() < 1e-12);
+        let v = compare_verdict(
+            &metric_rows(&[measure(0.1, 1.0, 1.0)], &[measure(0.1, 0.5, 1.0)]),
+            Some(&d),
+        );
+        assert!(
+            v.starts_with(
+                "An exit takes +3.5µs with the condition on; do_exit…taskstats_exit explains 86%"
+            ),
+            "{v}"
+        );
+        assert!(
+            v.contains("sys time changes by +100.0% and its elapsed time by +0.0% (within"),
+            "{v}"
+        );
+    }
+}

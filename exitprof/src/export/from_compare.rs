@@ -1,0 +1,81 @@
+//! The export set of a comparison or sweep: one variant per side (and row), tagged
+//! `condition=on|off` (and `row=stagger=N`).
+
+use std::time::Duration;
+
+use super::{ExportSet, RunStats, Series, Variant, from_run::workload};
+use crate::{
+    cli::Target,
+    compare::{Comparer, Comparison, SideRuns, document::side_losses, side_name},
+    report::document::WorkloadDoc,
+    stats::Spread,
+    workload::Workload,
+};
+
+impl ExportSet {
+    /// The set of comparisons, each with its row tag (`None` for a plain compare). `document`
+    /// is the command's `--json` document.
+    pub fn from_comparisons(
+        comparer: &Comparer,
+        target: &Target,
+        comparisons: &[(Option<String>, &Comparison)],
+        document: &str,
+    ) -> Self {
+        let mut runs = Vec::new();
+        let mut series = Vec::new();
+        for (row, comparison) in comparisons {
+            for side in [&comparison.on, &comparison.off] {
+                let variant =
+                    Variant { condition: Some(side_name(side.side).to_owned()), row: row.clone() };
+                runs.push(stats(side, variant.clone(), expected_per_run(target)));
+                if side.profiled {
+                    series.extend(side.session.profile.latencies().map(|(stage, latency)| {
+                        Series {
+                            stage: stage.to_owned(),
+                            variant: variant.clone(),
+                            hist: latency.hist.clone(),
+                            sum_ns: latency.total_ns,
+                        }
+                    }));
+                }
+            }
+        }
+        Self {
+            kernel: comparer.plan.kernel.clone(),
+            attach: comparer.plan.mode,
+            probes: comparer.plan.points.clone(),
+            workload: workload(&WorkloadDoc::new(target, None)),
+            started_at: comparer.started_at,
+            partial: comparer.interrupted.is_some(),
+            runs,
+            series,
+            document: document.to_owned(),
+        }
+    }
+}
+
+fn expected_per_run(target: &Target) -> Option<u64> {
+    match target {
+        Target::Storm(storm) => Workload::Storm(*storm).expected_exits(),
+        _ => None,
+    }
+}
+
+/// One side's runs as one variant: exits and losses summed, times their medians.
+fn stats(side: &SideRuns, variant: Variant, expected_per_run: Option<u64>) -> RunStats {
+    let median = |f: fn(&crate::compare::table::RunMeasure) -> f64| {
+        Spread::of(&side.measures.iter().map(f).collect::<Vec<_>>()).median
+    };
+    let losses = side_losses(side);
+    RunStats {
+        variant,
+        exits_expected: expected_per_run.map(|n| n * side.measures.len() as u64),
+        exits_recorded: side.session.profile.exits,
+        exits_lost: losses.exits(),
+        losses: losses.by_cause().iter().map(|&(key, _, n)| (key, n)).collect(),
+        elapsed: Duration::from_secs_f64(median(|m| m.elapsed_s)),
+        user: Some(Duration::from_secs_f64(median(|m| m.user_s))),
+        sys: Some(Duration::from_secs_f64(median(|m| m.sys_s))),
+        exit_rate: median(|m| m.exit_rate),
+    }
+}
