@@ -10,7 +10,9 @@ use exitprof_common::{
 
 use crate::{
     helpers::{current_ipc_ns, now_ns},
-    maps::{EMPTY_RECORD, EXITING, EXITS, TARGET_COMM, TRACE_ALL, TRACKED, count_loss},
+    maps::{
+        EMPTY_RECORD, EXITING, EXITS, ON_CPU_EXIT, TARGET_COMM, TRACE_ALL, TRACKED, count_loss,
+    },
 };
 
 /// Whether exits of the current task, of thread group `tgid`, are recorded.
@@ -98,7 +100,17 @@ fn open_exit(pid: u32, tgid: u32) -> Option<*mut ExitRecord> {
         (*record).tgid = tgid;
         (*record).ipc_ns = current_ipc_ns();
     }
+    set_on_cpu_exit(pid);
     Some(record)
+}
+
+/// Notes which followed exit runs on this CPU now (0: none).
+#[inline(always)]
+pub fn set_on_cpu_exit(pid: u32) {
+    if let Some(slot) = ON_CPU_EXIT.get_ptr_mut(0) {
+        // SAFETY: a per-CPU slot, written only by programs on this CPU.
+        unsafe { *slot = pid };
+    }
 }
 
 /// Starts a record over for a new exit.
@@ -111,6 +123,7 @@ fn restart(record: &mut ExitRecord, tgid: u32) {
     record.off_cpu_ns = 0;
     record.off_since_ns = 0;
     record.ipc_ns = current_ipc_ns();
+    set_on_cpu_exit(record.pid);
 }
 
 /// Appends one hit, or counts it as lost when the record is full.

@@ -1,6 +1,8 @@
 //! exitprof's eBPF programs, one module per probe family.
 #![no_std]
 #![no_main]
+#![feature(core_intrinsics)]
+#![expect(internal_features, reason = "atomic_xadd: the BPF target's only atomic add")]
 
 mod deferred;
 mod exit_path;

@@ -20,6 +20,17 @@ pub static EXITING: HashMap<u32, ExitRecord> = HashMap::with_max_entries(16_384,
 #[map]
 pub static EMPTY_RECORD: Array<ExitRecord> = Array::with_max_entries(1, 0);
 
+/// Per CPU: the thread id of the exiting task running there, when exitprof follows its exit
+/// (0: none). Lets `sched_switch`, which runs on every context switch of the machine, skip its
+/// map lookups for every other task.
+#[map]
+pub static ON_CPU_EXIT: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+
+/// Followed exits whose task is switched out right now (slot 0; signed, so that a count that
+/// went wrong shows as not positive and only costs lookups).
+#[map]
+pub static OFF_CPU_EXITS: Array<i64> = Array::with_max_entries(1, 0);
+
 /// Thread-group ids whose exits are recorded (unless `TRACE_ALL` is set); the workload's, then
 /// its descendants' as they fork.
 #[map]

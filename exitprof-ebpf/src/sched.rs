@@ -1,5 +1,7 @@
 //! Scheduler probes: the end of an exit, off-CPU time inside it, and which processes to follow.
 
+use core::intrinsics::{AtomicOrdering, atomic_xadd};
+
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid, macros::btf_tracepoint, programs::BtfTracePointContext,
 };
@@ -11,7 +13,7 @@ use exitprof_common::{
 use crate::{
     exit_state::finish_exit,
     helpers::{now_ns, read_at},
-    maps::{EXITING, TASK_PID_OFFSET, TRACKED, count_loss},
+    maps::{EXITING, OFF_CPU_EXITS, ON_CPU_EXIT, TASK_PID_OFFSET, TRACKED, count_loss},
 };
 
 /// `TASK_DEAD` in `task_struct::__state` (include/linux/sched.h, unchanged since v4.14).
@@ -30,31 +32,71 @@ fn task_pid(task: *const u8) -> Option<u32> {
 ///
 /// `prev` is the current task. An exiting task leaving in `TASK_DEAD` ends its exit; any other
 /// switch-out of an exiting task starts an off-CPU interval, which its next switch-in closes.
+///
+/// This runs on every context switch of the machine, so it looks at its maps only when this
+/// CPU runs a followed exit, or some followed exit is switched out and may come back now.
 #[btf_tracepoint]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
-    let now = now_ns();
-    let prev_pid = bpf_get_current_pid_tgid() as u32;
-    let prev_state: u32 = ctx.arg(3);
-    if let Some(record) = EXITING.get_ptr_mut(prev_pid) {
-        if prev_state & TASK_DEAD != 0 {
-            finish_exit(prev_pid, record, marker_code(Marker::FinalSwitch), now);
-        } else {
-            // SAFETY: the entry belongs to the task being switched out on this CPU.
-            unsafe { (*record).off_since_ns = now };
+    let Some(on_cpu) = ON_CPU_EXIT.get_ptr_mut(0) else { return 0 };
+    // SAFETY: a per-CPU slot, touched only by programs on this CPU.
+    let on_cpu = unsafe { &mut *on_cpu };
+    let mut now = 0;
+    if *on_cpu != 0 {
+        let prev_pid = bpf_get_current_pid_tgid() as u32;
+        if *on_cpu == prev_pid {
+            *on_cpu = 0;
+            now = now_ns();
+            switch_out(&ctx, prev_pid, now);
         }
     }
-    let next: *const u8 = ctx.arg(2);
-    if let Some(next_pid) = task_pid(next)
-        && let Some(record) = EXITING.get_ptr_mut(next_pid)
-    {
-        // SAFETY: the entry belongs to the task being switched in on this CPU.
-        let record = unsafe { &mut *record };
-        if record.off_since_ns != 0 {
-            record.off_cpu_ns += now - record.off_since_ns;
-            record.off_since_ns = 0;
+    if off_cpu_exits() > 0 {
+        let next: *const u8 = ctx.arg(2);
+        if let Some(next_pid) = task_pid(next)
+            && let Some(record) = EXITING.get_ptr_mut(next_pid)
+        {
+            // SAFETY: the entry belongs to the task being switched in on this CPU.
+            let record = unsafe { &mut *record };
+            if record.off_since_ns != 0 {
+                if now == 0 {
+                    now = now_ns();
+                }
+                record.off_cpu_ns += now - record.off_since_ns;
+                record.off_since_ns = 0;
+                add_off_cpu_exits(-1);
+            }
+            *on_cpu = next_pid;
         }
     }
     0
+}
+
+/// The followed, exiting task `pid` leaves this CPU: for good in `TASK_DEAD`, else for a while.
+#[inline(always)]
+fn switch_out(ctx: &BtfTracePointContext, pid: u32, now: u64) {
+    let Some(record) = EXITING.get_ptr_mut(pid) else { return };
+    let prev_state: u32 = ctx.arg(3);
+    if prev_state & TASK_DEAD != 0 {
+        finish_exit(pid, record, marker_code(Marker::FinalSwitch), now);
+    } else {
+        // SAFETY: the entry belongs to the task being switched out on this CPU.
+        unsafe { (*record).off_since_ns = now };
+        add_off_cpu_exits(1);
+    }
+}
+
+#[inline(always)]
+fn off_cpu_exits() -> i64 {
+    // SAFETY: an aligned i64 in a map value, read whole.
+    OFF_CPU_EXITS.get_ptr(0).map_or(0, |n| unsafe { core::ptr::read_volatile(n) })
+}
+
+#[inline(always)]
+fn add_off_cpu_exits(delta: i64) {
+    if let Some(n) = OFF_CPU_EXITS.get_ptr_mut(0) {
+        // SAFETY: an aligned i64 in a map value, shared by all CPUs: updated atomically (the
+        // BPF target has no stable atomic read-modify-write, the intrinsic is its `lock add`).
+        unsafe { atomic_xadd::<i64, i64, { AtomicOrdering::Relaxed }>(n, delta) };
+    }
 }
 
 /// `task_newtask(struct task_struct *task, u64 clone_flags)`, in the parent's context: a new

@@ -77,6 +77,31 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "N", default_value_t = kprobe_events::MAX_ACTIVE,
           value_parser = clap::value_parser!(u32).range(1..=i64::from(kprobe_events::MAX_ACTIVE)))]
     pub kretprobe_maxactive: u32,
+    /// Use the exit syscalls' tracepoints to time exits from their start where `do_exit`
+    /// cannot be probed (tracepoint mode), and `wait4`'s for reaps. Any syscall tracepoint makes
+    /// every syscall of the machine take the kernel's slower traced path, so `auto` uses them
+    /// for workloads exitprof drives, not when it watches other processes.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = Switch::Auto)]
+    pub syscall_tracepoints: Switch,
+}
+
+/// A choice exitprof can make itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Switch {
+    Auto,
+    On,
+    Off,
+}
+
+impl Switch {
+    /// The choice, with `auto` decided as `default`.
+    pub fn or(self, default: bool) -> bool {
+        match self {
+            Self::Auto => default,
+            Self::On => true,
+            Self::Off => false,
+        }
+    }
 }
 
 /// Profile one storm or watch real processes (the default command).

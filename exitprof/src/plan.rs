@@ -245,6 +245,10 @@ pub struct Wants {
     /// Follow IPC namespace frees even where that costs a probe on every `kfree` of the machine
     /// (tracepoint mode); worth it for IPC namespace storms only.
     pub ipc_frees_via_kfree: bool,
+    /// Use `syscalls:` tracepoints (the exit syscalls as the start of an exit where `do_exit`
+    /// cannot be probed; `wait4` for reaps). Any of them puts every syscall of the machine on
+    /// the kernel's traced path.
+    pub syscall_tracepoints: bool,
 }
 
 /// One point of the resolved plan.
@@ -309,7 +313,7 @@ impl Plan {
                 });
                 continue;
             }
-            match resolve_site(facts, mode, site) {
+            match resolve_site(facts, mode, wants, site) {
                 Ok(planned) => points.push(planned),
                 Err(reason) => unavailable.push(Unplanned { point: site.id.name(), reason }),
             }
@@ -343,7 +347,16 @@ impl Plan {
             unavailable,
             exit_path: ExitPath::for_kernel(facts.version),
         };
-        plan.require("start", &[Marker::DoExit, Marker::SysEnterExit, Marker::SysEnterExitGroup])?;
+        // Without a start marker, an exit is timed from the first exit-only point it reaches.
+        plan.require(
+            "start",
+            &[
+                Marker::DoExit,
+                Marker::SysEnterExit,
+                Marker::SysEnterExitGroup,
+                Marker::SchedProcessExit,
+            ],
+        )?;
         plan.require("end", &[Marker::FinalSwitch])?;
         Ok(plan)
     }
@@ -374,7 +387,12 @@ impl Plan {
     }
 }
 
-fn resolve_site(facts: &KernelFacts, mode: AttachMode, site: &Site) -> Result<Planned, String> {
+fn resolve_site(
+    facts: &KernelFacts,
+    mode: AttachMode,
+    wants: Wants,
+    site: &Site,
+) -> Result<Planned, String> {
     let planned = |how, target: &str, note| Planned {
         site: site.id,
         point: site.id.name(),
@@ -400,6 +418,11 @@ fn resolve_site(facts: &KernelFacts, mode: AttachMode, site: &Site) -> Result<Pl
                 Err(format!("tracepoint {name} does not exist on this kernel"))
             }
         }
+        Hook::Syscall(_) if !wants.syscall_tracepoints => Err(
+            "syscall tracepoints are off (--syscall-tracepoints): any of them slows every syscall \
+             of the machine"
+                .to_owned(),
+        ),
         Hook::Syscall(name) => Ok(planned(How::Tracepoint, &format!("syscalls:{name}"), None)),
         Hook::Function(candidates) => {
             let symbol = pick_symbol(facts, candidates)?;
@@ -481,6 +504,8 @@ mod tests {
     use super::*;
     use crate::kernel::{btf::KernelBtf, kallsyms::Kallsyms, version::KernelVersion};
 
+    const WANTS: Wants = Wants { ipc_frees_via_kfree: false, syscall_tracepoints: true };
+
     /// Kernel facts from a captured kallsyms, with the running kernel's BTF (real type data).
     fn facts(kallsyms: &str, kprobes: bool, fentry: bool) -> KernelFacts {
         let no = |what: &str| Err(format!("no {what} here"));
@@ -518,8 +543,7 @@ ffffffff810000a0 T release_task
     #[test]
     fn free_ipc_ns_resolves_to_its_caller_where_inlined() {
         let plan =
-            Plan::resolve(&facts(KALLSYMS_6_12, true, false), AttachMode::Kprobe, Wants::default())
-                .unwrap();
+            Plan::resolve(&facts(KALLSYMS_6_12, true, false), AttachMode::Kprobe, WANTS).unwrap();
         let planned = plan.points.iter().find(|p| p.site == FREE_IPC_NS).unwrap();
         assert_eq!((planned.how, planned.target.as_str()), (How::Kprobe, "free_ipc"));
         assert_eq!(planned.note.as_deref(), Some("free_ipc_ns is not a symbol on this kernel"));
@@ -528,8 +552,7 @@ ffffffff810000a0 T release_task
     #[test]
     fn kprobe_mode_probes_functions_and_keeps_tracepoints_for_markers() {
         let plan =
-            Plan::resolve(&facts(KALLSYMS_6_12, true, false), AttachMode::Kprobe, Wants::default())
-                .unwrap();
+            Plan::resolve(&facts(KALLSYMS_6_12, true, false), AttachMode::Kprobe, WANTS).unwrap();
         assert_eq!(how(&plan, DO_EXIT), Some((How::Kprobe, "do_exit")));
         assert_eq!(
             how(&plan, SiteId::Function(ExitFn::TaskstatsExit)),
@@ -553,16 +576,11 @@ ffffffff810000a0 T release_task
     #[test]
     fn auto_prefers_fentry_and_tracepoint_mode_uses_no_functions() {
         let auto =
-            Plan::resolve(&facts(KALLSYMS_6_12, true, true), AttachMode::Auto, Wants::default())
-                .unwrap();
+            Plan::resolve(&facts(KALLSYMS_6_12, true, true), AttachMode::Auto, WANTS).unwrap();
         // The BTF is the running kernel's: do_exit is in every kernel's BTF.
         assert_eq!(how(&auto, DO_EXIT), Some((How::Fentry, "do_exit")));
-        let tp = Plan::resolve(
-            &facts(KALLSYMS_6_12, true, true),
-            AttachMode::Tracepoint,
-            Wants::default(),
-        )
-        .unwrap();
+        let tp = Plan::resolve(&facts(KALLSYMS_6_12, true, true), AttachMode::Tracepoint, WANTS)
+            .unwrap();
         assert!(tp.points.iter().all(|p| matches!(p.how, How::Tracepoint | How::BtfTracepoint)));
         assert_eq!(
             how(&tp, SiteId::Marker(Marker::SysEnterExit)),
@@ -573,20 +591,38 @@ ffffffff810000a0 T release_task
     #[test]
     fn forced_modes_the_kernel_lacks_fail_with_advice() {
         let facts = facts(KALLSYMS_6_12, false, false);
-        let err = Plan::resolve(&facts, AttachMode::Kprobe, Wants::default()).unwrap_err();
+        let err = Plan::resolve(&facts, AttachMode::Kprobe, WANTS).unwrap_err();
         assert!(err.to_string().contains("use --attach tracepoint"), "{err}");
-        let err = Plan::resolve(&facts, AttachMode::Fentry, Wants::default()).unwrap_err();
+        let err = Plan::resolve(&facts, AttachMode::Fentry, WANTS).unwrap_err();
         assert!(err.to_string().contains("--attach kprobe or --attach tracepoint"), "{err}");
+    }
+
+    #[test]
+    fn without_syscall_tracepoints_exits_start_at_the_first_exit_only_point() {
+        let facts = facts(KALLSYMS_6_12, false, false);
+        let wants = Wants { syscall_tracepoints: false, ..WANTS };
+        let plan = Plan::resolve(&facts, AttachMode::Tracepoint, wants).unwrap();
+        assert!(plan.points.iter().all(|p| p.how != How::Tracepoint), "{:?}", plan.points);
+        assert!(
+            plan.unavailable
+                .iter()
+                .any(|u| u.point == "sys_enter_exit" && u.reason.contains("--syscall-tracepoints"))
+        );
+        assert_eq!(
+            how(&plan, SiteId::Marker(Marker::SchedProcessExit)),
+            Some((How::BtfTracepoint, "sched_process_exit"))
+        );
     }
 
     #[test]
     fn kfree_is_attached_only_when_wanted() {
         let facts = facts(KALLSYMS_6_12, false, false);
         let kfree = SiteId::Deferred(Deferred::Kfree);
-        let without = Plan::resolve(&facts, AttachMode::Auto, Wants::default()).unwrap();
+        let without = Plan::resolve(&facts, AttachMode::Auto, WANTS).unwrap();
         assert_eq!(how(&without, kfree), None);
         let with =
-            Plan::resolve(&facts, AttachMode::Auto, Wants { ipc_frees_via_kfree: true }).unwrap();
+            Plan::resolve(&facts, AttachMode::Auto, Wants { ipc_frees_via_kfree: true, ..WANTS })
+                .unwrap();
         assert_eq!(how(&with, kfree), Some((How::BtfTracepoint, "kfree")));
     }
 }

@@ -13,7 +13,7 @@ use exitprof_common::sizes::COMM_LEN;
 use serde::Serialize;
 
 use crate::{
-    cli::{RunArgs, Storm, Target, UsageError},
+    cli::{ProbeArgs, RunArgs, Storm, Target, UsageError},
     collect::{self, KernelLosses, RecordStream, monotonic_ns},
     deferred::DeferredWork,
     export::{self, ExportTarget},
@@ -226,11 +226,15 @@ fn check_rate(rate: u64, threads: u32) -> anyhow::Result<f64> {
 }
 
 /// The probe plan to use for `target`.
-pub fn plan_for(target: &Target, mode: AttachMode) -> anyhow::Result<(KernelFacts, Plan)> {
-    // Following IPC namespace frees costs a probe on every kfree in tracepoint mode: only for
-    // the storm that makes them.
-    let wants = Wants { ipc_frees_via_kfree: matches!(target, Target::Storm(Storm::Ipcns(_))) };
-    let (facts, plan) = plan(mode, wants)?;
+pub fn plan_for(target: &Target, probes: &ProbeArgs) -> anyhow::Result<(KernelFacts, Plan)> {
+    let driven = matches!(target, Target::Storm(_) | Target::Command(_));
+    let wants = Wants {
+        // Following IPC namespace frees costs a probe on every kfree in tracepoint mode: only
+        // for the storm that makes them.
+        ipc_frees_via_kfree: matches!(target, Target::Storm(Storm::Ipcns(_))),
+        syscall_tracepoints: probes.syscall_tracepoints.or(driven),
+    };
+    let (facts, plan) = plan(probes.attach, wants)?;
     describe_attach(&plan.points);
     Ok((facts, plan))
 }
@@ -282,7 +286,7 @@ pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunO
     let (prepared, burst_rate) = prepare(&target)?;
     preflight(exports)?;
     bump_memlock();
-    let (facts, plan) = plan_for(&target, args.probes.attach)?;
+    let (facts, plan) = plan_for(&target, &args.probes)?;
     let mut attached = Attached::new(&plan, &facts, load_options(&prepared, &args))?;
     let mut signals = Signals::new()?;
 

@@ -81,7 +81,7 @@ impl Comparer {
         };
         run::preflight(exports)?;
         run::bump_memlock();
-        let (facts, plan) = run::plan_for(&target, args.run.probes.attach)?;
+        let (facts, plan) = run::plan_for(&target, &args.run.probes)?;
         let load = run::load_options(&Prepared::Workload(workload.clone()), &args.run);
         let attached = match args.toggle {
             Condition::Probes => None,

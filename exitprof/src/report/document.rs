@@ -30,6 +30,9 @@ pub struct RunDocument {
     pub ended: Ended,
     pub exits_expected: Option<u64>,
     pub exits_recorded: u64,
+    /// Exits with no start marker, timed from the first exit-only point they reached (no start
+    /// probe covered their path, e.g. with the syscall tracepoints off).
+    pub late_starts: u64,
     /// Tasks the storm's drivers created (`null` when exitprof does not drive the target).
     pub tasks_created: Option<u64>,
     /// Exits lost, all causes together (`losses` has them apart).
@@ -176,6 +179,7 @@ impl RunDocument {
             ended: run.ended,
             exits_expected: run.expected_exits,
             exits_recorded: recorded,
+            late_starts: run.profile.late_starts,
             tasks_created: report.map(|r| r.created),
             lost: run.losses.exits(),
             losses: run.losses,

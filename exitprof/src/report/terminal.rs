@@ -50,6 +50,14 @@ pub fn render(doc: &RunDocument) -> String {
         doc.lost,
         loss_detail(doc)
     );
+    if doc.late_starts > 0 {
+        let _ = writeln!(
+            out,
+            "{:<9} {} exits had no start probe: each is timed from the first exit-only point it \
+             reached",
+            "note:", doc.late_starts
+        );
+    }
     out.push('\n');
     out.push_str(&stage_table(doc).to_string());
     out.push('\n');
