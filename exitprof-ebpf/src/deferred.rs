@@ -9,7 +9,7 @@
 
 use aya_ebpf::{
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map, tracepoint},
-    maps::HashMap,
+    maps::{HashMap, PerCpuArray},
     programs::{
         BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext,
         TracePointContext,
@@ -39,6 +39,25 @@ struct IpcRun {
 #[map]
 static IPC_RUNS: HashMap<u32, IpcRun> = HashMap::with_max_entries(256, 0);
 
+/// Per CPU: the pid of the kworker running `free_ipc` there (0: none). `kfree` and
+/// `workqueue_execute_end` fire for everything on the machine; this spares them a hash lookup.
+/// (`free_ipc_work` is queued with `schedule_work`, on per-CPU workers that do not migrate.)
+#[map]
+static IPC_RUN_ON_CPU: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+
+/// Whether the current task is running `free_ipc` on this CPU.
+#[inline(always)]
+fn in_ipc_run() -> bool {
+    IPC_RUN_ON_CPU.get(0).is_some_and(|&pid| pid != 0 && pid == current_pid())
+}
+
+fn set_ipc_run_on_cpu(pid: u32) {
+    if let Some(slot) = IPC_RUN_ON_CPU.get_ptr_mut(0) {
+        // SAFETY: a per-CPU slot, written only by programs on this CPU.
+        unsafe { *slot = pid };
+    }
+}
+
 /// Parents inside `release_task` of a tracked child: parent pid -> (child pid, start).
 #[map]
 static REAPING: HashMap<u32, (u32, u64)> = HashMap::with_max_entries(4096, 0);
@@ -54,10 +73,12 @@ fn emit(kind: DeferredKind, start_ns: u64, end_ns: u64, object: u64, wait_ns: u6
 fn open_ipc_run() {
     let run = IpcRun { start_ns: now_ns(), rcu_since_ns: 0, rcu_ns: 0 };
     let _ = IPC_RUNS.insert(current_pid(), run, 0);
+    set_ipc_run_on_cpu(current_pid());
 }
 
 fn close_ipc_run() {
     let pid = current_pid();
+    set_ipc_run_on_cpu(0);
     // SAFETY: the entry belongs to the current task.
     if let Some(run) = unsafe { IPC_RUNS.get(pid) } {
         emit(DeferredKind::IpcFreeRun, run.start_ns, now_ns(), 0, run.rcu_ns);
@@ -180,7 +201,9 @@ pub fn workqueue_execute_start(ctx: BtfTracePointContext) -> i32 {
 /// does not let a BTF tracepoint read `function`, a pointer to a function prototype.)
 #[btf_tracepoint]
 pub fn workqueue_execute_end(_ctx: BtfTracePointContext) -> i32 {
-    close_ipc_run();
+    if in_ipc_run() {
+        close_ipc_run();
+    }
     0
 }
 
@@ -188,7 +211,9 @@ pub fn workqueue_execute_end(_ctx: BtfTracePointContext) -> i32 {
 /// frees; userspace keeps the pointers that were an exiting task's IPC namespace.
 #[btf_tracepoint]
 pub fn kfree(ctx: BtfTracePointContext) -> i32 {
-    ipc_ns_freed(ctx.arg(1));
+    if in_ipc_run() {
+        ipc_ns_freed(ctx.arg(1));
+    }
     0
 }
 
