@@ -360,6 +360,8 @@ pub async fn collect_until(
 ) -> anyhow::Result<Collected> {
     let Started { mut end, killer } = started;
     let begin = Instant::now();
+    // A session can collect several targets in turn (compare): each is collected in full.
+    session.stop_ns = u64::MAX;
     let (mut probes, mut exits, mut deferred) = match attached {
         Some(a) => (Some(&a.probes), Some(&mut a.exits), Some(&mut a.deferred)),
         None => (None, None, None),

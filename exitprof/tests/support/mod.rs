@@ -27,10 +27,13 @@ pub fn run(args: &[&str]) -> Output {
     exitprof().args(args).output().expect("exitprof starts")
 }
 
-/// Runs exitprof with `--json args`, requires success, and parses the document.
+/// Runs exitprof with `args` and `--json`, requires success, and parses the document.
 pub fn run_json(args: &[&str]) -> Value {
-    // --json first: everything after `--` belongs to the command being profiled.
-    let out = exitprof().arg("--json").args(args).output().expect("exitprof starts");
+    // --json right after the subcommand, if any: everything after `--` belongs to the command
+    // being profiled.
+    let subcommand = usize::from(args.first().is_some_and(|a| !a.starts_with('-')));
+    let (head, rest) = args.split_at(subcommand);
+    let out = exitprof().args(head).arg("--json").args(rest).output().expect("exitprof starts");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exitprof {args:?} failed ({}):\n{stderr}", out.status);
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {

@@ -58,6 +58,42 @@ pub const SCENARIOS: &[Scenario] = &[
         },
     },
     Scenario {
+        name: "ipcns-kprobe",
+        args: &["--attach", "kprobe", "--workload", "ipcns", "--count", "64", "--json"],
+        check: |doc, c| {
+            storm(doc, c, 64);
+            every_namespace_freed(doc, c, 64);
+            attached_by(doc, c, "kprobe");
+        },
+    },
+    Scenario {
+        name: "ipcns-fentry",
+        args: &["--attach", "fentry", "--workload", "ipcns", "--count", "64", "--json"],
+        check: |doc, c| {
+            storm(doc, c, 64);
+            every_namespace_freed(doc, c, 64);
+            attached_by(doc, c, "fentry");
+        },
+    },
+    Scenario {
+        name: "compare-kprobe",
+        args: &[
+            "compare",
+            "--toggle",
+            "taskstats-listener",
+            "--runs",
+            "2",
+            "--attach",
+            "kprobe",
+            "--threads",
+            "20",
+            "--reps",
+            "2",
+            "--json",
+        ],
+        check: |doc, c| compared_with_listener(doc, c, 2, 40),
+    },
+    Scenario {
         name: "threads-tracepoint",
         args: &["--attach", "tracepoint", "--threads", "20", "--reps", "3", "--json"],
         check: |doc, c| threads_storm(doc, c, 20 * 3),
@@ -105,6 +141,11 @@ const GAP_WORK: &str = "exit_mm";
 /// A threads storm of `exits` exits: every exit recorded, none lost, the stages partitioning the
 /// exit.
 fn threads_storm(doc: &Value, c: &mut Checks, exits: u64) {
+    storm(doc, c, exits);
+}
+
+/// A storm of `exits` exits: every exit recorded, none lost, the stages partitioning the exit.
+fn storm(doc: &Value, c: &mut Checks, exits: u64) {
     let expected = c.uint(doc, "exits_expected");
     let recorded = c.uint(doc, "exits_recorded");
     let lost = c.uint(doc, "lost");
@@ -143,6 +184,48 @@ fn functions_timed(doc: &Value, c: &mut Checks) {
     if !names.iter().any(|n| n.split('+').any(|part| part == GAP_WORK)) {
         c.fail(format!("stages: expected a gap stage covering {GAP_WORK}, got {names:?}"));
     }
+}
+
+/// Every IPC namespace the storm created was freed by `free_ipc` runs and joined to its exit.
+fn every_namespace_freed(doc: &Value, c: &mut Checks, namespaces: u64) {
+    let ipc = &doc["deferred"]["ipc"];
+    let runs = c.uint(ipc, "runs");
+    let joined = c.uint(ipc, "namespaces_joined");
+    c.equal("deferred.ipc.namespaces_joined", namespaces, joined);
+    if runs == 0 {
+        c.fail("deferred.ipc.runs: expected free_ipc runs, got 0".to_owned());
+    }
+    c.figure(format!("{joined} namespaces freed in {runs} free_ipc runs"));
+}
+
+/// A `compare --toggle taskstats-listener --json` document: both sides profiled with
+/// `runs` runs of `exits` exits each, a taskstats_exit stage on both, listener messages counted.
+fn compared_with_listener(doc: &Value, c: &mut Checks, runs: u64, exits: u64) {
+    for side in ["on", "off"] {
+        let s = &doc[side];
+        let measured = s["runs"].as_array().map_or(0, Vec::len) as u64;
+        c.equal(&format!("{side}.runs"), runs, measured);
+        c.equal(&format!("{side}.exits_recorded"), runs * exits, c_uint(s, "exits_recorded"));
+        let names: Vec<&str> = s["stages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["name"].as_str())
+            .collect();
+        if !names.contains(&"taskstats_exit") {
+            c.fail(format!("{side}.stages: expected taskstats_exit, got {names:?}"));
+        }
+    }
+    let messages = doc["listener"]["messages_per_run"]["median"].as_f64().unwrap_or(0.0);
+    if messages < exits as f64 {
+        c.fail(format!("listener.messages_per_run: expected at least {exits}, got {messages}"));
+    }
+    let deltas = doc["stage_deltas"]["stages"].as_array().map_or(0, Vec::len);
+    c.figure(format!("listener {messages} messages/run, {deltas} stage deltas"));
+}
+
+fn c_uint(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or(0)
 }
 
 /// In a `plan --json` document, `point` is planned and attached to `target`.
