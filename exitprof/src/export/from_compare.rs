@@ -41,6 +41,7 @@ impl ExportSet {
             }
         }
         Self {
+            compared: Some(comparer.condition.name().to_owned()),
             kernel: comparer.plan.kernel.clone(),
             attach: comparer.plan.mode,
             probes: comparer.plan.points.clone(),

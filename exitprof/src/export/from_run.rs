@@ -35,6 +35,7 @@ impl ExportSet {
             })
             .collect();
         Self {
+            compared: None,
             kernel: doc.kernel.clone(),
             attach: doc.attach,
             probes: doc.probes.clone(),

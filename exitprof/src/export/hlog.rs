@@ -57,7 +57,7 @@ fn describe(set: &ExportSet) -> Vec<String> {
             env!("CARGO_PKG_VERSION")
         ),
         format!("kernel {}, attach {}", set.kernel, set.attach),
-        format!("workload {}", set.workload.describe()),
+        format!("workload {}", set.describe()),
     ];
     if set.partial {
         lines.push("PARTIAL: interrupted before the workload finished".to_owned());

@@ -175,6 +175,8 @@ pub struct ExportSet {
     /// Every probe point, with the symbol or tracepoint it is attached to.
     pub probes: Vec<Planned>,
     pub workload: Workload,
+    /// The condition an A/B compare or sweep switched on and off (its variants' `condition`).
+    pub compared: Option<String>,
     /// When the (first) storm started.
     pub started_at: SystemTime,
     /// A run was cut short: its figures cover what ran until then.
@@ -300,6 +302,14 @@ impl RunStats {
 }
 
 impl ExportSet {
+    /// What ran, in a phrase: the workload, and the condition compared if any.
+    pub fn describe(&self) -> String {
+        match &self.compared {
+            Some(condition) => format!("{}, {condition} on vs off", self.workload.describe()),
+            None => self.workload.describe(),
+        }
+    }
+
     /// The variants, in order of appearance.
     pub fn variants(&self) -> Vec<&Variant> {
         let mut variants: Vec<&Variant> = Vec::new();
@@ -385,6 +395,7 @@ pub(crate) mod tests {
             });
         }
         ExportSet {
+            compared: Some("taskstats-listener".to_owned()),
             kernel: "6.18.0-test".to_owned(),
             attach: AttachMode::Auto,
             probes: Vec::new(),

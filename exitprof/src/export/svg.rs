@@ -120,7 +120,7 @@ impl<'a> Figure<'a> {
             y += (f64::from(size) / 1.24) as i32 + 6;
             Ok(())
         };
-        line(&format!("Where the exit time goes: {}", set.workload.describe()), TITLE, &BLACK)?;
+        line(&format!("Where the exit time goes: {}", set.describe()), TITLE, &BLACK)?;
         let gray = RGBColor(0x55, 0x55, 0x55);
         line(&format!("kernel {}, attach {}", set.kernel, set.attach), SMALL, &gray)?;
         for run in &set.runs {
