@@ -25,6 +25,7 @@ use crate::{
     helpers::{current_pid, now_ns, read_at},
     maps::{
         DEFERRED, FREE_IPC_ADDR, TASK_PID_OFFSET, TASK_TGID_OFFSET, WORK_FUNC_OFFSET, count_loss,
+        wakeup_flag,
     },
 };
 
@@ -65,7 +66,7 @@ static REAPING: HashMap<u32, (u32, u64)> = HashMap::with_max_entries(4096, 0);
 fn emit(kind: DeferredKind, start_ns: u64, end_ns: u64, object: u64, wait_ns: u64) {
     let record =
         DeferredRecord { kind: kind as u32, pid: current_pid(), start_ns, end_ns, object, wait_ns };
-    if DEFERRED.output::<DeferredRecord>(record, 0).is_err() {
+    if DEFERRED.output::<DeferredRecord>(record, wakeup_flag(&DEFERRED)).is_err() {
         count_loss(counters::DEFERRED_RINGBUF_FULL);
     }
 }

@@ -12,6 +12,7 @@ use crate::{
     helpers::{current_ipc_ns, now_ns},
     maps::{
         EMPTY_RECORD, EXITING, EXITS, ON_CPU_EXIT, TARGET_COMM, TRACE_ALL, TRACKED, count_loss,
+        wakeup_flag,
     },
 };
 
@@ -152,7 +153,7 @@ pub fn finish_exit(pid: u32, record: *mut ExitRecord, point: u8, now: u64) {
     let len = wire_len(if n > MAX_HITS { MAX_HITS } else { n });
     // SAFETY: `len` never exceeds the size of the record it is read from.
     let bytes = unsafe { core::slice::from_raw_parts(record.cast::<u8>(), len) };
-    if EXITS.output::<[u8]>(bytes, 0).is_err() {
+    if EXITS.output::<[u8]>(bytes, wakeup_flag(&EXITS)).is_err() {
         count_loss(counters::RINGBUF_FULL);
     }
     let _ = EXITING.remove(pid);

@@ -40,6 +40,29 @@ pub static TRACKED: HashMap<u32, u8> = HashMap::with_max_entries(TRACKED_PROCESS
 #[map]
 pub static EXITS: RingBuf = RingBuf::with_byte_size(16 * 1024 * 1024, 0);
 
+/// Unread bytes in a ring buffer above which a new record wakes userspace (the exit ring
+/// buffer's size / 4, set at load). Below it records wait for userspace's periodic read: a
+/// wakeup per exit would put exitprof on a CPU for every exit of the storm it measures.
+#[unsafe(no_mangle)]
+pub static WAKEUP_BYTES: Global<u64> = Global::new(1 << 20);
+
+/// `BPF_RB_NO_WAKEUP` and `BPF_RB_FORCE_WAKEUP` (include/uapi/linux/bpf.h).
+const BPF_RB_NO_WAKEUP: u64 = 1;
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
+/// `BPF_RB_AVAIL_DATA`: unread bytes, for `bpf_ringbuf_query`.
+const BPF_RB_AVAIL_DATA: u64 = 0;
+
+/// The wakeup flag for a record about to be written to `ring`: wake userspace only when it has
+/// fallen behind.
+#[inline(always)]
+pub fn wakeup_flag(ring: &RingBuf) -> u64 {
+    if ring.query(BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES.load() {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    }
+}
+
 /// Loss counters, indexed by `exitprof_common::counters`.
 #[map]
 pub static LOSSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(counters::COUNT, 0);

@@ -92,6 +92,7 @@ pub fn load_and_attach(
     let ebpf = EbpfLoader::new()
         .btf(Some(&btf))
         .override_global("TRACE_ALL", &trace_all, true)
+        .override_global("WAKEUP_BYTES", &(u64::from(options.ringbuf_bytes) / 4), true)
         .override_global("TARGET_COMM", &options.target_comm, true)
         .override_global("TASK_PID_OFFSET", &task_pid, true)
         .override_global("TASK_TGID_OFFSET", &task_tgid, true)

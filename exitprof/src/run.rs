@@ -34,6 +34,9 @@ use crate::{
     },
 };
 
+/// How often records are read from the ring buffers, unless one fills up first.
+const READ_INTERVAL: Duration = Duration::from_millis(20);
+
 /// How long to wait, after the target ended, for its last exits to reach their final switch.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -367,9 +370,17 @@ pub async fn collect_until(
         None => (None, None, None),
     };
     let mut ticker = tokio::time::interval(progress::INTERVAL);
+    // Records do not wake exitprof one by one (that would put it on a CPU for every exit of the
+    // storm it measures): they are read on this beat, or when a ring buffer fills up.
+    let mut reads = tokio::time::interval(READ_INTERVAL);
+    reads.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut interrupted = None;
     let end = loop {
         tokio::select! {
+            _ = reads.tick() => {
+                drain(exits.as_deref_mut(), |b| session.exit_record(b));
+                drain(deferred.as_deref_mut(), |b| session.deferred_record(b));
+            }
             ready = ready(exits.as_deref_mut()) => {
                 ready?;
                 drain(exits.as_deref_mut(), |b| session.exit_record(b));
