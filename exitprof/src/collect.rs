@@ -118,29 +118,30 @@ pub fn decode_deferred(bytes: &[u8]) -> Option<DeferredRecord> {
         .then(|| unsafe { bytes.as_ptr().cast::<DeferredRecord>().read_unaligned() })
 }
 
-/// Records the exits of these thread groups, and of the processes they fork from now on.
-pub fn track(ebpf: &mut Ebpf, tgids: &[u32]) -> anyhow::Result<()> {
+/// Records the exits of these thread groups, and of the processes they fork from now on;
+/// `role` is an `exitprof_common::tracked` value (a driver's own exit is left out).
+pub fn track(ebpf: &mut Ebpf, tgids: &[u32], role: u8) -> anyhow::Result<()> {
     let mut tracked: HashMap<_, u32, u8> =
         HashMap::try_from(ebpf.map_mut("TRACKED").context("the eBPF object has no TRACKED map")?)?;
     for &tgid in tgids {
-        tracked.insert(tgid, 1, 0).with_context(|| format!("tracking pid {tgid}"))?;
+        tracked.insert(tgid, role, 0).with_context(|| format!("tracking pid {tgid}"))?;
     }
     Ok(())
 }
 
-/// Exits in progress that started at or before `until_ns` (CLOCK_MONOTONIC), of tasks `keep`
-/// accepts (by pid and tgid).
+/// Exits in progress that started at or before `until_ns` (CLOCK_MONOTONIC), of thread groups
+/// `keep` accepts.
 pub fn in_progress(
     ebpf: &Ebpf,
     until_ns: u64,
-    keep: impl Fn(u32, u32) -> bool,
+    keep: impl Fn(u32) -> bool,
 ) -> anyhow::Result<usize> {
     let exiting: HashMap<_, u32, ExitRecord> =
         HashMap::try_from(ebpf.map("EXITING").context("the eBPF object has no EXITING map")?)?;
     let mut n = 0;
     for entry in exiting.iter() {
         let (_, record) = entry.context("reading exits in progress")?;
-        if record.n_hits > 0 && record.hits[0].ts_ns <= until_ns && keep(record.pid, record.tgid) {
+        if record.n_hits > 0 && record.hits[0].ts_ns <= until_ns && keep(record.tgid) {
             n += 1;
         }
     }

@@ -1,8 +1,6 @@
 //! What one run collects: every record from the kernel, folded as it arrives, leaving out what
 //! is not part of the target.
 
-use std::collections::HashSet;
-
 use crate::{
     collect::decode_deferred, deferred::DeferredWork, exits::Exit, plan::Plan, profile::Profile,
 };
@@ -18,18 +16,17 @@ pub struct Session {
     pub stop_ns: u64,
 }
 
-/// Exits that are never part of a target.
+/// Exits that are never part of a target. (A storm driver's own exit is left out in the
+/// kernel: see `exitprof_common::tracked::DRIVER`.)
 #[derive(Clone)]
 pub struct Exclusion {
-    /// Pids of exitprof's storm drivers: a driver's exit is not part of its storm.
-    pub drivers: HashSet<u32>,
     /// exitprof's own process (seen with --all).
     pub own_tgid: u32,
 }
 
 impl Exclusion {
-    pub fn excludes(&self, pid: u32, tgid: u32) -> bool {
-        tgid == self.own_tgid || self.drivers.contains(&pid)
+    pub fn excludes(&self, tgid: u32) -> bool {
+        tgid == self.own_tgid
     }
 }
 
@@ -39,7 +36,7 @@ impl Session {
             profile: Profile::new(plan),
             deferred: DeferredWork::new(plan.sees_every_ipc_ns_free(), plan.measures_rcu_wait()),
             undecodable: 0,
-            exclusion: Exclusion { drivers: HashSet::new(), own_tgid: std::process::id() },
+            exclusion: Exclusion { own_tgid: std::process::id() },
             stop_ns: u64::MAX,
         }
     }
@@ -47,7 +44,7 @@ impl Session {
     /// One exit record.
     pub fn exit_record(&mut self, bytes: &[u8]) {
         match Exit::decode(bytes) {
-            Ok(exit) if self.exclusion.excludes(exit.pid, exit.tgid) => {
+            Ok(exit) if self.exclusion.excludes(exit.tgid) => {
                 log::trace!("excluded exit of {}/{}: {:?}", exit.tgid, exit.pid, exit.hits);
             }
             Ok(exit) if exit.hits.first().is_some_and(|h| h.ts_ns > self.stop_ns) => {}
