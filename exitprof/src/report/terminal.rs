@@ -141,7 +141,7 @@ fn describe_rate(rate: &RateDoc, achieved: f64) -> String {
     )
 }
 
-fn loss_detail(doc: &RunDocument) -> String {
+pub fn loss_detail(doc: &RunDocument) -> String {
     let parts: Vec<String> = doc
         .losses
         .by_cause()
