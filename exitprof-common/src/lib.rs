@@ -9,3 +9,4 @@ pub mod deferred;
 pub mod point;
 pub mod record;
 pub mod sizes;
+pub mod tracked;

@@ -6,6 +6,7 @@ use exitprof_common::{
     counters,
     record::{ExitRecord, FLAG_LATE_START, MAX_HITS, wire_len},
     sizes::COMM_LEN,
+    tracked,
 };
 
 use crate::{
@@ -20,6 +21,17 @@ use crate::{
 #[inline(always)]
 pub fn is_target(tgid: u32) -> bool {
     TRACE_ALL.load() != 0 || TRACKED.get_ptr(tgid).is_some() || has_target_comm()
+}
+
+/// Whether task `pid` of thread group `tgid` is the main thread of a storm driver, whose exit
+/// is not part of the storm.
+#[inline(always)]
+fn is_driver(pid: u32, tgid: u32) -> bool {
+    pid == tgid
+        && TRACKED.get_ptr(tgid).is_some_and(|value| {
+            // SAFETY: a map value pointer from a successful lookup.
+            unsafe { *value == tracked::DRIVER }
+        })
 }
 
 /// Whether the current task's name is `TARGET_COMM` (when one is set).
@@ -72,7 +84,7 @@ pub fn hit_current(point: u8, opens: Opens) {
         push_hit(record, point, now);
         return;
     }
-    if opens == Opens::Never || !is_target(tgid) {
+    if opens == Opens::Never || !is_target(tgid) || is_driver(pid, tgid) {
         return;
     }
     let Some(record) = open_exit(pid, tgid) else {

@@ -8,6 +8,7 @@ use aya_ebpf::{
 use exitprof_common::{
     counters,
     point::{Marker, marker_code},
+    tracked,
 };
 
 use crate::{
@@ -100,22 +101,26 @@ fn add_off_cpu_exits(delta: i64) {
 }
 
 /// `task_newtask(struct task_struct *task, u64 clone_flags)`, in the parent's context: a new
-/// process forked by a tracked one is tracked too (new threads share their tracked tgid).
+/// process forked by a tracked one is tracked too (new threads share their tracked tgid); any
+/// other new process is not, whatever process had its pid before.
 #[btf_tracepoint]
 pub fn task_newtask(ctx: BtfTracePointContext) -> i32 {
     let clone_flags: u64 = ctx.arg(1);
     if clone_flags & CLONE_THREAD != 0 {
         return 0;
     }
+    // A new process's tgid is its pid.
+    let Some(child) = task_pid(ctx.arg(0)) else { return 0 };
     let parent_tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if TRACKED.get_ptr(parent_tgid).is_none() {
+        // Pids are reused: an entry for this one belongs to a followed process that has ended.
+        if TRACKED.get_ptr(child).is_some() {
+            let _ = TRACKED.remove(child);
+        }
         return 0;
     }
-    if let Some(child) = task_pid(ctx.arg(0)) {
-        // A new process's tgid is its pid.
-        if TRACKED.insert(child, 1, 0).is_err() {
-            count_loss(counters::TRACKED_FULL);
-        }
+    if TRACKED.insert(child, tracked::FOLLOWED, 0).is_err() {
+        count_loss(counters::TRACKED_FULL);
     }
     0
 }

@@ -451,6 +451,8 @@ fn parse_comm(s: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::{collection::vec, prelude::*};
+
     use super::*;
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
@@ -598,5 +600,133 @@ mod tests {
         let ChildWorkload::Exec { program, argv } = child.workload else { panic!("not exec") };
         assert_eq!(program, "/bin/sh");
         assert_eq!(argv, ["sh", "-c", "true"]);
+    }
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// Words of exitprof's command lines, good and bad, and some odd values.
+    const WORDS: &[&str] = &[
+        "--threads",
+        "--reps",
+        "--stagger-us",
+        "--rate",
+        "--workload",
+        "threads",
+        "fork",
+        "ipcns",
+        "--count",
+        "--parallel",
+        "--pid",
+        "--comm",
+        "--all",
+        "--duration",
+        "--json",
+        "--export",
+        "--format",
+        "csv",
+        "json",
+        "--ringbuf-bytes",
+        "--attach",
+        "kprobe",
+        "fentry",
+        "auto",
+        "--kretprobe-maxactive",
+        "--",
+        "plan",
+        "compare",
+        "sweep",
+        "--toggle",
+        "delayacct",
+        "probes",
+        "taskstats-listener",
+        "--runs",
+        "--stagger",
+        "--rcvbuf",
+        "-v",
+        "__workload",
+        "__condition",
+        "on",
+        "off",
+        "exec",
+        "--program",
+        "--channel-fd",
+        "--help",
+        "0",
+        "1",
+        "-1",
+        "4096",
+        "1.5",
+        "nan",
+        "inf",
+        "1e400",
+        "5,10,x",
+        "a.csv",
+        "b.txt",
+        "",
+        "x",
+        "18446744073709551616",
+    ];
+
+    proptest! {
+        /// Any command line parses or is refused as bad usage (status 2), never a panic; what
+        /// parses yields a target and export targets.
+        #[test]
+        fn any_command_line_parses_or_is_a_usage_error(
+            words in vec(prop_oneof![
+                4 => proptest::sample::select(WORDS).prop_map(str::to_owned),
+                1 => any::<String>(),
+            ], 0..10)
+        ) {
+            match parse(&words.iter().map(String::as_str).collect::<Vec<_>>()) {
+                Ok(cli) => {
+                    let run = match &cli.command {
+                        None => Some(&cli.run),
+                        Some(Command::Compare(c)) => Some(&c.run),
+                        Some(Command::Sweep(s)) => Some(&s.compare.run),
+                        Some(_) => None,
+                    };
+                    if let Some(run) = run {
+                        let _ = run.target();
+                        if let Err(e) = run.export_targets() {
+                            prop_assert_eq!(e.exit_code(), 2);
+                        }
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::DisplayHelp => {}
+                Err(e) => prop_assert_eq!(e.exit_code(), 2, "{}", e),
+            }
+        }
+
+        #[test]
+        fn durations_are_positive_and_finite(text in any::<String>(), secs in 1e-9f64..1e9) {
+            if let Ok(d) = parse_duration(&text) {
+                prop_assert!(d > Duration::ZERO);
+            }
+            let d = parse_duration(&secs.to_string()).unwrap();
+            prop_assert!((d.as_secs_f64() - secs).abs() <= 1e-9 * secs.max(1.0));
+        }
+
+        #[test]
+        fn task_names_are_the_kernels(text in any::<String>()) {
+            let fits = (1..=COMM_MAX).contains(&text.len()) && !text.contains('\0');
+            prop_assert_eq!(parse_comm(&text).ok(), fits.then(|| text.clone()));
+        }
+
+        #[test]
+        fn ring_buffer_sizes_are_powers_of_two_of_a_page_or_more(n in any::<u32>()) {
+            let fits = n >= 4096 && n.is_power_of_two();
+            prop_assert_eq!(parse_ringbuf_size(&n.to_string()).ok(), fits.then_some(n));
+        }
+
+        #[test]
+        fn a_stagger_list_is_read_whole(staggers in vec(any::<u32>(), 1..8)) {
+            let list = staggers.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+            let cli = parse(&["sweep", "--toggle", "probes", "--stagger", &list]).unwrap();
+            let Some(Command::Sweep(sweep)) = cli.command else { panic!("not a sweep") };
+            prop_assert_eq!(sweep.staggers, staggers);
+        }
     }
 }

@@ -118,29 +118,30 @@ pub fn decode_deferred(bytes: &[u8]) -> Option<DeferredRecord> {
         .then(|| unsafe { bytes.as_ptr().cast::<DeferredRecord>().read_unaligned() })
 }
 
-/// Records the exits of these thread groups, and of the processes they fork from now on.
-pub fn track(ebpf: &mut Ebpf, tgids: &[u32]) -> anyhow::Result<()> {
+/// Records the exits of these thread groups, and of the processes they fork from now on;
+/// `role` is an `exitprof_common::tracked` value (a driver's own exit is left out).
+pub fn track(ebpf: &mut Ebpf, tgids: &[u32], role: u8) -> anyhow::Result<()> {
     let mut tracked: HashMap<_, u32, u8> =
         HashMap::try_from(ebpf.map_mut("TRACKED").context("the eBPF object has no TRACKED map")?)?;
     for &tgid in tgids {
-        tracked.insert(tgid, 1, 0).with_context(|| format!("tracking pid {tgid}"))?;
+        tracked.insert(tgid, role, 0).with_context(|| format!("tracking pid {tgid}"))?;
     }
     Ok(())
 }
 
-/// Exits in progress that started at or before `until_ns` (CLOCK_MONOTONIC), of tasks `keep`
-/// accepts (by pid and tgid).
+/// Exits in progress that started at or before `until_ns` (CLOCK_MONOTONIC), of thread groups
+/// `keep` accepts.
 pub fn in_progress(
     ebpf: &Ebpf,
     until_ns: u64,
-    keep: impl Fn(u32, u32) -> bool,
+    keep: impl Fn(u32) -> bool,
 ) -> anyhow::Result<usize> {
     let exiting: HashMap<_, u32, ExitRecord> =
         HashMap::try_from(ebpf.map("EXITING").context("the eBPF object has no EXITING map")?)?;
     let mut n = 0;
     for entry in exiting.iter() {
         let (_, record) = entry.context("reading exits in progress")?;
-        if record.n_hits > 0 && record.hits[0].ts_ns <= until_ns && keep(record.pid, record.tgid) {
+        if record.n_hits > 0 && record.hits[0].ts_ns <= until_ns && keep(record.tgid) {
             n += 1;
         }
     }
@@ -153,4 +154,56 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: a valid timespec to fill in; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use exitprof_common::deferred::DeferredKind;
+    use proptest::{collection::vec, prelude::*};
+
+    use super::*;
+
+    /// The bytes the kernel side sends for `record`.
+    pub(crate) fn encode_deferred(record: &DeferredRecord) -> Vec<u8> {
+        // SAFETY: reading the record's own bytes; it has no padding.
+        unsafe {
+            std::slice::from_raw_parts(
+                (record as *const DeferredRecord).cast::<u8>(),
+                size_of::<DeferredRecord>(),
+            )
+        }
+        .to_vec()
+    }
+
+    /// Any deferred-work record: every kind and some that are none, pids and objects from a
+    /// small range (so that they meet the exits of a test), any times.
+    pub(crate) fn any_deferred() -> impl Strategy<Value = DeferredRecord> {
+        (0..8u32, 0..8u32, any::<u64>(), any::<u64>(), 0..8u64, any::<u64>()).prop_map(
+            |(kind, pid, start_ns, end_ns, object, wait_ns)| DeferredRecord {
+                kind,
+                pid,
+                start_ns,
+                end_ns,
+                object,
+                wait_ns,
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn decode_deferred_undoes_encode(record in any_deferred()) {
+            prop_assert_eq!(decode_deferred(&encode_deferred(&record)), Some(record));
+        }
+
+        #[test]
+        fn deferred_records_of_any_other_length_are_refused(bytes in vec(any::<u8>(), 0..200)) {
+            let decoded = decode_deferred(&bytes);
+            prop_assert_eq!(decoded.is_some(), bytes.len() == size_of::<DeferredRecord>());
+            if let Some(record) = decoded {
+                // Only the kinds the kernel side sends mean anything; others are reported.
+                let _ = DeferredKind::from_u32(record.kind);
+            }
+        }
+    }
 }

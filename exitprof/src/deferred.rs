@@ -171,7 +171,7 @@ impl DeferredWork {
 
     fn join_reap(&mut self, exit_end: u64, start: u64, reaped: u64) {
         if start != reaped {
-            self.reap_cost.record(reaped - start, 0);
+            self.reap_cost.record(reaped.saturating_sub(start), 0);
         }
         // The parent may reap a zombie before the child's final switch-out (it is a zombie from
         // exit_notify on): that is counted, not recorded as a negative delay.

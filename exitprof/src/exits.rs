@@ -104,25 +104,107 @@ impl Exit {
 #[cfg(test)]
 pub(crate) mod tests {
     use exitprof_common::point::{ExitFn, Marker};
+    use proptest::{collection::vec, prelude::*};
 
     use super::*;
 
-    /// Encodes hits the way the kernel side does, for decoder tests.
-    pub(crate) fn encode(pid: u32, tgid: u32, hits: &[(Point, u64, u64)]) -> Vec<u8> {
+    /// Encodes an exit the way the kernel side does, every field included.
+    pub(crate) fn encode_exit(exit: &Exit) -> Vec<u8> {
         // SAFETY: all-zero is a valid ExitRecord.
         let mut record: ExitRecord = unsafe { std::mem::zeroed() };
-        record.pid = pid;
-        record.tgid = tgid;
-        record.n_hits = hits.len() as u32;
-        for (i, &(point, ts_ns, off_cpu_ns)) in hits.iter().enumerate() {
-            record.points[i] = point.code();
-            record.hits[i] = Hit { ts_ns, off_cpu_ns };
+        record.pid = exit.pid;
+        record.tgid = exit.tgid;
+        record.flags = exit.flags;
+        record.lost_hits = exit.lost_hits;
+        record.cpu = exit.cpu;
+        record.ipc_ns = exit.ipc_ns;
+        record.n_hits = exit.hits.len() as u32;
+        for (i, hit) in exit.hits.iter().enumerate() {
+            record.points[i] = hit.point.code();
+            record.hits[i] = Hit { ts_ns: hit.ts_ns, off_cpu_ns: hit.off_cpu_ns };
         }
         // SAFETY: reading the record's own bytes.
         let bytes = unsafe {
             std::slice::from_raw_parts((&raw const record).cast::<u8>(), size_of::<ExitRecord>())
         };
-        bytes[..wire_len(hits.len())].to_vec()
+        bytes[..wire_len(exit.hits.len())].to_vec()
+    }
+
+    /// Encodes hits the way the kernel side does, for decoder tests.
+    pub(crate) fn encode(pid: u32, tgid: u32, hits: &[(Point, u64, u64)]) -> Vec<u8> {
+        let hits = hits
+            .iter()
+            .map(|&(point, ts_ns, off_cpu_ns)| PointHit { point, ts_ns, off_cpu_ns })
+            .collect();
+        encode_exit(&Exit { pid, tgid, flags: 0, lost_hits: 0, cpu: 0, ipc_ns: 0, hits })
+    }
+
+    /// Any point the kernel side can record.
+    pub(crate) fn any_point() -> impl Strategy<Value = Point> {
+        let points: Vec<Point> = (0..=u8::MAX).filter_map(Point::from_code).collect();
+        proptest::sample::select(points)
+    }
+
+    /// Any exit the kernel side can send: any fields, up to MAX_HITS hits in any order.
+    pub(crate) fn any_exit() -> impl Strategy<Value = Exit> {
+        let hit = (any_point(), any::<u64>(), any::<u64>())
+            .prop_map(|(point, ts_ns, off_cpu_ns)| PointHit { point, ts_ns, off_cpu_ns });
+        (any::<[u32; 5]>(), any::<u64>(), vec(hit, 0..=MAX_HITS)).prop_map(
+            |([pid, tgid, flags, lost_hits, cpu], ipc_ns, hits)| Exit {
+                pid,
+                tgid,
+                flags,
+                lost_hits,
+                cpu,
+                ipc_ns,
+                hits,
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn decode_undoes_encode(exit in any_exit()) {
+            prop_assert_eq!(Exit::decode(&encode_exit(&exit)), Ok(exit));
+        }
+
+        #[test]
+        fn any_bytes_decode_or_fail_without_panicking(
+            bytes in vec(any::<u8>(), 0..2 * size_of::<ExitRecord>())
+        ) {
+            if let Ok(exit) = Exit::decode(&bytes) {
+                prop_assert_eq!(wire_len(exit.hits.len()), bytes.len());
+                let _ = (exit.duration_ns(), exit.off_cpu_ns(), exit.end_ns());
+            }
+        }
+
+        /// A record damaged in transit (bytes changed, maybe cut short) is refused, or decoded
+        /// as what its bytes say; never a panic.
+        #[test]
+        fn damaged_records_are_refused_or_decoded_as_they_read(
+            exit in any_exit(),
+            changes in vec((any::<usize>(), any::<u8>()), 1..8),
+            cut in proptest::option::of(any::<usize>()),
+        ) {
+            let mut bytes = encode_exit(&exit);
+            for (at, byte) in changes {
+                let len = bytes.len();
+                bytes[at % len] = byte;
+            }
+            if let Some(cut) = cut {
+                bytes.truncate(cut % (bytes.len() + 1));
+            }
+            let word = |at: usize| u32::from_ne_bytes(bytes[at..at + 4].try_into().unwrap());
+            if let Ok(decoded) = Exit::decode(&bytes) {
+                prop_assert_eq!(wire_len(decoded.hits.len()), bytes.len());
+                prop_assert_eq!((decoded.pid, decoded.tgid), (word(0), word(4)));
+                for (i, hit) in decoded.hits.iter().enumerate() {
+                    let at = HEADER_LEN + i * size_of::<Hit>();
+                    let ts = u64::from_ne_bytes(bytes[at..at + 8].try_into().unwrap());
+                    prop_assert_eq!(hit.ts_ns, ts);
+                }
+            }
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod hold;
 mod kernel;
 mod kprobe_events;
 mod load;
+mod own_cost;
 mod pidfd;
 mod plan;
 mod privileges;
@@ -97,6 +98,19 @@ fn run_and_report(args: cli::RunArgs) -> anyhow::Result<()> {
         tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     let outcome = runtime.block_on(run::run(args, &exports))?;
     let doc = RunDocument::new(&outcome);
+    if doc.lost > 0 {
+        // Said in the report too; here also for those who read only the exports.
+        let advice = if doc.losses.kernel.ringbuf_full > 0 {
+            "; a larger --ringbuf-bytes keeps up with faster storms"
+        } else {
+            ""
+        };
+        eprintln!(
+            "exitprof: warning: {} exits were lost{}{advice}",
+            doc.lost,
+            terminal::loss_detail(&doc)
+        );
+    }
     let document = serde_json::to_string_pretty(&doc)?;
     let text = if json { format!("{document}\n") } else { terminal::render(&doc) };
     publish(

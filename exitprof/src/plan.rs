@@ -287,8 +287,8 @@ pub struct Plan {
 pub enum PlanError {
     #[error("--attach kprobe: {0}; use --attach tracepoint (or auto)")]
     NoKprobes(String),
-    #[error("--attach fentry: {0}; use --attach kprobe or --attach tracepoint (or auto)")]
-    NoFentry(String),
+    #[error("--attach fentry: {why}; use {instead} (or auto)")]
+    NoFentry { why: String, instead: &'static str },
     #[error("no way to time the {what} of an exit on this kernel: {why}")]
     MissingBoundary { what: &'static str, why: String },
 }
@@ -298,7 +298,14 @@ impl Plan {
     pub fn resolve(facts: &KernelFacts, mode: AttachMode, wants: Wants) -> Result<Self, PlanError> {
         match mode {
             AttachMode::Kprobe => facts.kprobes.clone().map_err(PlanError::NoKprobes)?,
-            AttachMode::Fentry => facts.fentry.clone().map_err(PlanError::NoFentry)?,
+            AttachMode::Fentry => facts.fentry.clone().map_err(|why| PlanError::NoFentry {
+                why,
+                // Only the modes this kernel has.
+                instead: match facts.kprobes {
+                    Ok(()) => "--attach kprobe or --attach tracepoint",
+                    Err(_) => "--attach tracepoint",
+                },
+            })?,
             AttachMode::Auto | AttachMode::Tracepoint => {}
         }
         let mut points = Vec::new();
@@ -594,7 +601,21 @@ ffffffff810000a0 T release_task
         let err = Plan::resolve(&facts, AttachMode::Kprobe, WANTS).unwrap_err();
         assert!(err.to_string().contains("use --attach tracepoint"), "{err}");
         let err = Plan::resolve(&facts, AttachMode::Fentry, WANTS).unwrap_err();
-        assert!(err.to_string().contains("--attach kprobe or --attach tracepoint"), "{err}");
+        assert!(err.to_string().ends_with("use --attach tracepoint (or auto)"), "{err}");
+        let with_kprobes = self::facts(KALLSYMS_6_12, true, false);
+        let err = Plan::resolve(&with_kprobes, AttachMode::Fentry, WANTS).unwrap_err();
+        assert!(err.to_string().contains("use --attach kprobe or --attach tracepoint"), "{err}");
+    }
+
+    #[test]
+    fn without_btf_the_end_of_an_exit_cannot_be_timed_and_says_why() {
+        let mut facts = facts(KALLSYMS_6_12, true, false);
+        facts.btf = None;
+        let err = Plan::resolve(&facts, AttachMode::Auto, WANTS).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "no way to time the end of an exit on this kernel: final switch: kernel BTF is missing"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use exitprof_common::sizes::COMM_LEN;
+use exitprof_common::{sizes::COMM_LEN, tracked};
 use serde::Serialize;
 
 use crate::{
@@ -19,6 +19,7 @@ use crate::{
     export::{self, ExportTarget},
     kernel::{KernelFacts, tracefs},
     load::{self, LoadOptions, Probes},
+    own_cost::OwnCost,
     pidfd::PidFd,
     plan::{AttachMode, Plan, Planned, Wants},
     privileges,
@@ -65,6 +66,8 @@ pub struct RunOutcome {
     pub losses: Losses,
     /// The signal (SIGINT or SIGTERM) that cut a workload short, if one did.
     pub interrupted: Option<i32>,
+    /// What exitprof itself used, up to the end of the run.
+    pub own_cost: OwnCost,
 }
 
 /// What ended a run.
@@ -300,14 +303,8 @@ pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunO
         _ => None,
     };
     let mut progress = Progress::new(expected_exits, !args.json);
-    let started = start(
-        prepared,
-        &target,
-        args.duration,
-        args.json,
-        Some(&mut attached.probes.ebpf),
-        &mut session,
-    )?;
+    let started =
+        start(prepared, &target, args.duration, args.json, Some(&mut attached.probes.ebpf))?;
     let collected =
         collect_until(started, Some(&mut attached), &mut session, &mut signals, &mut progress)
             .await?;
@@ -318,6 +315,8 @@ pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunO
     let Session { profile, deferred, undecodable, .. } = session;
     let losses = Losses { kernel, undecodable, unfinished, hits: profile.lost_hits, probe_misses };
     let (elapsed, child, ended) = match end {
+        // Reaped after exitprof killed it on a signal.
+        End::Reaped(child) if interrupted.is_some() => (child.elapsed, Some(child), Ended::Signal),
         End::Reaped(child) => (child.elapsed, Some(child), Ended::Workload),
         End::ProcessExited => (elapsed, None, Ended::ProcessExited),
         End::Elapsed => (elapsed, None, Ended::Duration),
@@ -337,6 +336,7 @@ pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunO
         deferred,
         losses,
         interrupted,
+        own_cost: OwnCost::now(),
     })
 }
 
@@ -412,7 +412,7 @@ pub async fn collect_until(
     // The target has ended, but its last tasks may not have switched out for good yet, and
     // deferred work (RCU callbacks, the free_ipc kworker) runs later still.
     let exclusion = session.exclusion.clone();
-    let keep = |pid, tgid| !exclusion.excludes(pid, tgid);
+    let keep = |tgid| !exclusion.excludes(tgid);
     let settle_start = Instant::now();
     loop {
         drain(exits.as_deref_mut(), |b| session.exit_record(b));
@@ -458,17 +458,16 @@ pub fn start(
     duration: Option<Duration>,
     quiet_stdout: bool,
     mut ebpf: Option<&mut aya::Ebpf>,
-    session: &mut Session,
 ) -> anyhow::Result<Started> {
     match prepared {
         Prepared::Workload(workload) => {
             let gated = workload::spawn(&workload, quiet_stdout)?;
             if let Some(ebpf) = ebpf.as_deref_mut() {
-                collect::track(ebpf, &gated.pids())?;
-            }
-            if let Workload::Storm(_) = workload {
-                // The drivers' own exits are not part of the storm they drive.
-                session.exclusion.drivers.extend(gated.pids());
+                let role = match workload {
+                    Workload::Storm(_) => tracked::DRIVER,
+                    Workload::Command { .. } => tracked::FOLLOWED,
+                };
+                collect::track(ebpf, &gated.pids(), role)?;
             }
             let running = gated.open()?;
             let killer = Some(running.killer());
@@ -524,17 +523,17 @@ pub enum End {
 /// process forked by one found late may have escaped the kernel-side fork tracking. Returns how
 /// many descendants were found.
 fn track_tree(ebpf: &mut aya::Ebpf, pid: u32) -> anyhow::Result<usize> {
-    collect::track(ebpf, &[pid])?;
-    let mut tracked = HashSet::from([pid]);
+    collect::track(ebpf, &[pid], tracked::FOLLOWED)?;
+    let mut followed = HashSet::from([pid]);
     loop {
         let found = watch::descendants(pid)
             .with_context(|| format!("reading /proc for the descendants of {pid}"))?;
-        let new: Vec<u32> = found.into_iter().filter(|p| !tracked.contains(p)).collect();
+        let new: Vec<u32> = found.into_iter().filter(|p| !followed.contains(p)).collect();
         if new.is_empty() {
-            return Ok(tracked.len() - 1);
+            return Ok(followed.len() - 1);
         }
-        collect::track(ebpf, &new)?;
-        tracked.extend(new);
+        collect::track(ebpf, &new, tracked::FOLLOWED)?;
+        followed.extend(new);
     }
 }
 

@@ -91,17 +91,34 @@ fn options_of_another_target_are_usage_errors() {
 }
 
 #[test]
-fn without_capabilities_it_names_what_is_missing() {
+fn without_capabilities_every_command_names_what_is_missing() {
     require_root();
-    // Root with an empty bounding set has no capabilities after exec.
-    let out = Command::new("setpriv")
-        .args(["--bounding-set", "-all", "--"])
-        .arg(exitprof().get_program())
-        .args(["--threads", "5", "--reps", "1"])
-        .output()
-        .expect("setpriv (util-linux) runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "status {}; stderr:\n{stderr}", out.status);
-    assert!(stderr.contains("CAP_BPF") && stderr.contains("CAP_PERFMON"), "stderr:\n{stderr}");
-    assert!(out.stdout.is_empty(), "a report was printed without privileges");
+    let delayacct = || std::fs::read_to_string("/proc/sys/kernel/task_delayacct").unwrap();
+    let before = delayacct();
+    for args in [
+        &["--threads", "5", "--reps", "1"][..],
+        &["plan"],
+        &["compare", "--toggle", "delayacct", "--runs", "1", "--threads", "5", "--reps", "1"],
+    ] {
+        // Root with an empty bounding set has no capabilities after exec.
+        let out = Command::new("setpriv")
+            .args(["--bounding-set", "-all", "--"])
+            .arg(exitprof().get_program())
+            .args(args)
+            .output()
+            .expect("setpriv (util-linux) runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{args:?}: status {}; stderr:\n{stderr}",
+            out.status
+        );
+        assert!(
+            stderr.contains("lacks CAP_BPF and CAP_PERFMON") && stderr.contains("Run it as root"),
+            "{args:?}: stderr:\n{stderr}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}: a report was printed without privileges");
+        assert_eq!(delayacct(), before, "{args:?} changed kernel.task_delayacct");
+    }
 }

@@ -8,9 +8,8 @@ use std::{
     collections::HashMap,
     fs,
     path::Path,
-    process::{Command, Output, Stdio},
-    thread,
-    time::{Duration, Instant},
+    process::{Command, Output},
+    time::Duration,
 };
 
 use base64::Engine as _;
@@ -23,7 +22,7 @@ use hdrhistogram::{
 };
 use openmetrics_parser::{PrometheusValue, prometheus::parse_prometheus};
 use serde::Deserialize;
-use support::{exitprof, require_root, run};
+use support::{Started, assert_nothing_left, become_subreaper, exitprof, require_root, run};
 
 /// The `--json` document's keys these tests read, typed.
 #[derive(Debug, Deserialize)]
@@ -246,6 +245,35 @@ fn a_missing_directory_fails_before_the_storm() {
     assert!(file_names(dir.path()).is_empty(), "files were left: {:?}", file_names(dir.path()));
 }
 
+#[test]
+fn a_device_or_a_symlink_is_refused_before_the_storm_and_left_as_it_was() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    // The device of /dev/full (1, 7), made here: a regression replaces this node, not the
+    // machine's /dev/full.
+    let full = dir.path().join("full");
+    let c_full = std::ffi::CString::new(full.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path; mknod only reads it.
+    let rc = unsafe { libc::mknod(c_full.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 7)) };
+    assert_eq!(rc, 0, "mknod {}: {}", full.display(), std::io::Error::last_os_error());
+    let link = dir.path().join("link.json");
+    std::os::unix::fs::symlink(dir.path().join("elsewhere.json"), &link).unwrap();
+    for (path, what, format) in
+        [(&full, "a character device", &["--format", "json"][..]), (&link, "a symbolic link", &[])]
+    {
+        let path = path.to_str().unwrap();
+        let mut args = vec!["-v", "--threads", "5", "--reps", "1", "--export", path];
+        args.extend(format);
+        let out = run(&args);
+        assert_fails_before_the_storm(&out, &[path, what, "not a regular file"]);
+        assert!(out.stdout.is_empty(), "a report was printed");
+    }
+    use std::os::unix::fs::FileTypeExt as _;
+    assert!(fs::symlink_metadata(&full).unwrap().file_type().is_char_device(), "device replaced");
+    assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "symlink replaced");
+    assert_eq!(file_names(dir.path()), ["full", "link.json"], "files were left behind");
+}
+
 /// Runs exitprof in a private mount namespace with a tmpfs (mount options `options`) on `dir`,
 /// then lists what is left in `dir` after a `LEFT:` marker line on stdout. Root ignores
 /// permission bits, so only a mount can make a directory read-only or full for it.
@@ -333,46 +361,22 @@ fn a_full_disk_leaves_no_partial_file_and_loses_nothing_else() {
     );
 }
 
-/// Waits until `pid` handles SIGINT (its signal handlers are installed once the probes are
-/// attached and the storm is about to start).
-fn wait_for_sigint_handler(pid: u32) {
-    let started = Instant::now();
-    loop {
-        let status =
-            fs::read_to_string(format!("/proc/{pid}/status")).expect("exitprof is running");
-        let caught = status.lines().find_map(|l| l.strip_prefix("SigCgt:")).expect("SigCgt");
-        let mask = u64::from_str_radix(caught.trim(), 16).unwrap();
-        if mask & (1 << (libc::SIGINT - 1)) != 0 {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "exitprof never got to handling SIGINT"
-        );
-        thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
-fn an_interrupted_run_is_exported_as_partial() {
+fn an_interrupted_run_is_exported_as_partial_and_leaves_nothing() {
     require_root();
+    become_subreaper();
     let dir = tempfile::tempdir().unwrap();
     // A storm far longer than the test: 1000 threads x 1000 reps.
-    let child = exitprof()
-        .args(["--threads", "1000", "--reps", "1000", "--json"])
-        .args(export_args(dir.path()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_sigint_handler(child.id());
-    thread::sleep(Duration::from_millis(300));
-    // SAFETY: signalling our own child, not yet reaped.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let mut args = vec!["--threads", "1000", "--reps", "1000", "--json"];
+    let exports = export_args(dir.path());
+    args.extend(exports.iter().map(String::as_str));
+    let mut run = Started::start(&args, Duration::from_millis(300));
+    run.signal(libc::SIGINT);
     // Both pipes are read together: the report can be larger than a pipe holds.
-    let out = child.wait_with_output().unwrap();
+    let out = run.finish();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "status {}; stderr:\n{stderr}", out.status);
+    assert_nothing_left(&run);
 
     let doc: Document = serde_json::from_slice(&out.stdout).expect("the --json document");
     assert!(doc.partial, "the report does not say partial");

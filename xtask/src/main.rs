@@ -2,6 +2,7 @@
 //! benchmarks.
 
 mod bench;
+mod bench_scale;
 mod command;
 mod setup;
 mod test;
@@ -35,6 +36,10 @@ enum Task {
     /// Compares exitprof's storm drivers, without probes, with C programs of the seeds'
     /// semantics (interleaved runs, medians, ratios); writes target/bench-driver.json.
     BenchDriver(bench::BenchArgs),
+    /// Profiles a storm of a million exits and one of a tenth of that: exitprof's own CPU time
+    /// and peak memory against the storm's; fails if its memory grows with the exits. Writes
+    /// target/bench-scale.json.
+    BenchScale(bench_scale::ScaleArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +50,7 @@ fn main() -> ExitCode {
         Task::Test(args) => test::test(&args),
         Task::VmTest(args) => setup::setup().and_then(|()| vm::vm_test(&args)),
         Task::BenchDriver(args) => bench::bench_driver(&args),
+        Task::BenchScale(args) => bench_scale::bench_scale(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -165,7 +165,6 @@ impl Comparer {
             None,
             true,
             attached.as_deref_mut().map(|a| &mut a.probes.ebpf),
-            &mut runs.session,
         )?;
         let collected = run::collect_until(
             started,

@@ -4,7 +4,7 @@
 use std::{
     fs::{self, File, Permissions},
     io::{self, Write as _},
-    os::unix::fs::PermissionsExt as _,
+    os::unix::fs::{FileTypeExt as _, PermissionsExt as _},
     path::Path,
 };
 
@@ -14,6 +14,7 @@ use tempfile::NamedTempFile;
 /// over `path`, then the directory synced so that the rename survives a crash. On any error the
 /// temporary file is removed and `path` is left as it was.
 pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    check_replaceable(path).map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
     let dir = directory_of(path);
     let mut tmp = temporary_file_in(dir)?;
     tmp.write_all(bytes)?;
@@ -22,12 +23,10 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Checks that `path` can be written by [`write`]: not a directory, in a directory that exists
-/// and takes a new file. Returns why not.
+/// Checks that `path` can be written by [`write`]: a regular file or nothing yet, in a directory
+/// that exists and takes a new file. Returns why not.
 pub fn check_writable(path: &Path) -> Result<(), String> {
-    if path.is_dir() {
-        return Err("it is a directory".to_owned());
-    }
+    check_replaceable(path)?;
     let dir = directory_of(path);
     match fs::metadata(dir) {
         Ok(meta) if meta.is_dir() => {}
@@ -40,6 +39,37 @@ pub fn check_writable(path: &Path) -> Result<(), String> {
     temporary_file_in(dir)
         .map(drop)
         .map_err(|e| format!("cannot create a file in {}: {e}", dir.display()))
+}
+
+/// Fails unless `path` is a regular file or does not exist: [`write`] renames a new file over
+/// it, which would replace a device, a FIFO or a symbolic link itself instead of writing to it.
+fn check_replaceable(path: &Path) -> Result<(), String> {
+    let kind = match fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_file() => return Ok(()),
+        // Nothing there yet (the checks of its directory say more when that is wrong).
+        Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => {
+            return Ok(());
+        }
+        Err(e) => return Err(format!("cannot look at it: {e}")),
+        Ok(meta) => meta.file_type(),
+    };
+    let what = if kind.is_dir() {
+        "a directory"
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else {
+        "a socket"
+    };
+    Err(format!(
+        "it is {what}, not a regular file (an export is written whole to a new file renamed over \
+         its path; give the path of a regular file)"
+    ))
 }
 
 /// A hidden temporary file, removed when dropped, with the permissions a new file gets (0666
@@ -105,12 +135,35 @@ mod tests {
         let missing = dir.path().join("nosuch/out.json");
         let why = check_writable(&missing).unwrap_err();
         assert!(why.contains("does not exist") && why.contains("nosuch"), "{why}");
-        assert_eq!(check_writable(dir.path()).unwrap_err(), "it is a directory");
+        let why = check_writable(dir.path()).unwrap_err();
+        assert!(why.starts_with("it is a directory, not a regular file"), "{why}");
         let file = dir.path().join("file");
         fs::write(&file, "").unwrap();
         let why = check_writable(&file.join("out.json")).unwrap_err();
         assert!(why.contains("not a directory"), "{why}");
         assert!(write(&missing, b"x").is_err());
         assert_eq!(entries(dir.path()), ["file"], "the checks left files behind");
+    }
+
+    #[test]
+    fn only_regular_files_are_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(dir.path().join("file.json"), &link).unwrap();
+        let fifo = dir.path().join("fifo.json");
+        let c_fifo = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0);
+        for (path, what) in [(&link, "a symbolic link"), (&fifo, "a FIFO")] {
+            let why = check_writable(path).unwrap_err();
+            assert!(why.starts_with(&format!("it is {what}, not a regular file")), "{why}");
+            let err = write(path, b"x").unwrap_err();
+            assert!(err.to_string().contains(what), "{err}");
+        }
+        let why = check_writable(Path::new("/dev/null")).unwrap_err();
+        assert!(why.starts_with("it is a character device"), "{why}");
+        assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "link replaced");
+        assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "FIFO replaced");
+        assert_eq!(entries(dir.path()), ["fifo.json", "link.json"], "files left behind");
     }
 }

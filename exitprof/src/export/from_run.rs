@@ -82,6 +82,7 @@ pub(crate) mod tests {
         deferred::DeferredWork,
         exits::{Exit, PointHit},
         kernel::{exit_path::ExitPath, version::KernelVersion},
+        own_cost::OwnCost,
         plan::{AttachMode, How, Plan, Planned, SiteId},
         profile::Profile,
         run::{Ended, Losses},
@@ -157,6 +158,7 @@ pub(crate) mod tests {
             deferred: DeferredWork::new(true, true),
             losses: Losses::default(),
             interrupted: None,
+            own_cost: OwnCost::now(),
         }
     }
 

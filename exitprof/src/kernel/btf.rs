@@ -9,8 +9,8 @@ pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 #[derive(Debug, thiserror::Error)]
 pub enum BtfError {
-    #[error("cannot read kernel BTF at {VMLINUX_BTF} (is CONFIG_DEBUG_INFO_BTF on?): {0}")]
-    Unreadable(String),
+    #[error("cannot read kernel BTF at {path} (is CONFIG_DEBUG_INFO_BTF on?): {why}")]
+    Unreadable { path: String, why: String },
     #[error("kernel BTF has no struct {0}")]
     NoStruct(String),
     #[error("kernel BTF has no field {field} in struct {strukt}")]
@@ -23,8 +23,15 @@ pub enum BtfError {
 pub struct KernelBtf(Btf);
 
 impl KernelBtf {
+    /// The running kernel's BTF, from [`VMLINUX_BTF`].
     pub fn load() -> Result<Self, BtfError> {
-        Btf::from_file(VMLINUX_BTF).map(Self).map_err(|e| BtfError::Unreadable(e.to_string()))
+        Self::from_file(VMLINUX_BTF)
+    }
+
+    fn from_file(path: &str) -> Result<Self, BtfError> {
+        Btf::from_file(path)
+            .map(Self)
+            .map_err(|e| BtfError::Unreadable { path: path.to_owned(), why: e.to_string() })
     }
 
     /// Byte offset of `field` in `struct strukt`, looking into anonymous unions and structs.
@@ -73,5 +80,23 @@ impl KernelBtf {
     /// Whether BTF has the `btf_trace_<name>` typedef of a tracepoint (BTF tracepoints need it).
     pub fn has_tracepoint(&self, name: &str) -> bool {
         self.0.resolve_types_by_name(&format!("btf_trace_{name}")).is_ok_and(|t| !t.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_or_foreign_btf_names_the_file_and_the_config() {
+        for path in ["/nonexistent/vmlinux", "/proc/self/status"] {
+            let err = KernelBtf::from_file(path).err().expect("not BTF");
+            let text = err.to_string();
+            assert!(
+                text.starts_with(&format!("cannot read kernel BTF at {path}"))
+                    && text.contains("CONFIG_DEBUG_INFO_BTF"),
+                "{text}"
+            );
+        }
     }
 }

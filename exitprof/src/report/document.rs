@@ -8,6 +8,7 @@ use crate::{
     cli::{ForkParams, Storm, Target, ThreadsParams},
     deferred::DeferredReport,
     histogram::{Bucket, Latency},
+    own_cost::OwnCost,
     plan::{AttachMode, Planned, Unplanned},
     profile::Profile,
     run::{Ended, Losses, RunOutcome},
@@ -55,6 +56,8 @@ pub struct RunDocument {
     pub deferred: DeferredReport,
     pub probes: Vec<Planned>,
     pub unavailable: Vec<Unplanned>,
+    /// exitprof's own CPU time and peak memory, its workload children left out.
+    pub exitprof: OwnCost,
 }
 
 /// What was profiled, with its parameters.
@@ -193,6 +196,7 @@ impl RunDocument {
             deferred: run.deferred.report(),
             probes: run.plan.points.clone(),
             unavailable: run.plan.unavailable.clone(),
+            exitprof: run.own_cost,
         }
     }
 }

@@ -149,7 +149,7 @@ fn describe_rate(rate: &RateDoc, achieved: f64) -> String {
     )
 }
 
-fn loss_detail(doc: &RunDocument) -> String {
+pub fn loss_detail(doc: &RunDocument) -> String {
     let parts: Vec<String> = doc
         .losses
         .by_cause()

@@ -4,6 +4,11 @@
 //! A child is exitprof itself, started with a hidden subcommand. It waits at a gate until the
 //! parent has attached its probes and registered the child's pid, then runs its storm — or, for
 //! `-- CMD`, executes CMD in place, keeping its pid. `--parallel P` starts P such children.
+//!
+//! Each child leads a process group of its own, so that stopping the workload (Ctrl-C, SIGTERM)
+//! stops everything it started: a driver's fork in flight, the processes a command runs. The
+//! exception is a command started from a terminal, which stays in the terminal's foreground
+//! group so that it can read it (and Ctrl-C reaches it and its descendants from the terminal).
 
 pub mod channel;
 pub mod command;
@@ -14,7 +19,7 @@ pub mod threads;
 
 use std::{
     ffi::OsString,
-    io,
+    io::{self, IsTerminal as _},
     os::{fd::AsFd as _, fd::AsRawFd as _, unix::process::CommandExt as _},
     path::PathBuf,
     process::{Command, Stdio},
@@ -28,6 +33,7 @@ use self::channel::{ChildEnd, DriverReport, ParentEnd};
 use crate::{
     cli::{ChildWorkload, ForkParams, Storm, ThreadsParams, WorkloadChild},
     pidfd::PidFd,
+    signals,
 };
 
 /// What exitprof runs in its children.
@@ -99,8 +105,15 @@ pub struct Gated {
 
 struct Child {
     pid: u32,
-    pidfd: PidFd,
+    stop: Stoppable,
     channel: ParentEnd,
+}
+
+/// What stopping a workload child kills.
+struct Stoppable {
+    pidfd: PidFd,
+    /// The child's pid when it leads a process group of its own.
+    group: Option<u32>,
 }
 
 /// Workload children let through their gates.
@@ -110,9 +123,10 @@ pub struct Running {
     started: Instant,
 }
 
-/// Kills the workload's children from anywhere, safely after they were reaped too.
+/// Kills the workload's children and their process groups from anywhere, safely after they were
+/// reaped too.
 #[derive(Clone)]
-pub struct Killer(Arc<Vec<PidFd>>);
+pub struct Killer(Arc<Vec<Stoppable>>);
 
 /// How the workload children ended, as `wait4` reported them.
 #[derive(Clone, Debug)]
@@ -137,7 +151,8 @@ impl ChildOutcome {
                 let code = libc::WEXITSTATUS(s);
                 (code != 0).then(|| format!("exited with status {code}"))
             } else if libc::WIFSIGNALED(s) {
-                Some(format!("was killed by signal {}", libc::WTERMSIG(s)))
+                let core = if libc::WCOREDUMP(s) { ", core dumped" } else { "" };
+                Some(format!("was killed by {}{core}", signals::describe(libc::WTERMSIG(s))))
             } else {
                 Some(format!("ended with wait status {s:#x}"))
             }
@@ -155,6 +170,13 @@ pub fn spawn(workload: &Workload, quiet_stdout: bool) -> anyhow::Result<Gated> {
         let child_fd = child_end.as_raw_fd();
         let mut cmd = Command::new(&exe);
         cmd.arg("__workload").arg("--channel-fd").arg(child_fd.to_string()).args(args);
+        let own_group = match workload {
+            Workload::Storm(_) => true,
+            Workload::Command { .. } => !io::stdin().is_terminal(),
+        };
+        if own_group {
+            cmd.process_group(0);
+        }
         match workload {
             Workload::Storm(_) => {
                 cmd.stdin(Stdio::null());
@@ -174,7 +196,8 @@ pub fn spawn(workload: &Workload, quiet_stdout: bool) -> anyhow::Result<Gated> {
         let pid = child.id();
         let pidfd =
             PidFd::open(pid).with_context(|| format!("pidfd_open of workload child {pid}"))?;
-        children.push(Child { pid, pidfd, channel });
+        let stop = Stoppable { pidfd, group: own_group.then_some(pid) };
+        children.push(Child { pid, stop, channel });
     }
     Ok(Gated { children })
 }
@@ -188,15 +211,15 @@ impl Gated {
     pub fn open(self) -> anyhow::Result<Running> {
         let started = Instant::now();
         let mut children = Vec::with_capacity(self.children.len());
-        let mut pidfds = Vec::with_capacity(self.children.len());
-        for Child { pid, pidfd, mut channel } in self.children {
+        let mut stops = Vec::with_capacity(self.children.len());
+        for Child { pid, stop, mut channel } in self.children {
             channel
                 .open_gate()
                 .with_context(|| format!("opening the gate of workload child {pid}"))?;
             children.push((pid, channel));
-            pidfds.push(pidfd);
+            stops.push(stop);
         }
-        Ok(Running { children, killer: Killer(Arc::new(pidfds)), started })
+        Ok(Running { children, killer: Killer(Arc::new(stops)), started })
     }
 }
 
@@ -235,8 +258,20 @@ impl Running {
 }
 
 impl Killer {
+    /// SIGKILL to every child and to everything in its process group.
     pub fn kill(&self) {
-        for pidfd in self.0.iter() {
+        for Stoppable { pidfd, group } in self.0.iter() {
+            if let Some(pgid) = group {
+                // The group's id stays taken while the group has a member or its leader is
+                // unreaped, so this reaches no other group.
+                // SAFETY: kill takes plain integers.
+                if unsafe { libc::kill(-(*pgid as libc::pid_t), libc::SIGKILL) } != 0 {
+                    let e = io::Error::last_os_error();
+                    if e.raw_os_error() != Some(libc::ESRCH) {
+                        log::warn!("could not kill the process group {pgid} of the workload: {e}");
+                    }
+                }
+            }
             if let Err(e) = pidfd.signal(libc::SIGKILL) {
                 log::warn!("could not kill a workload child: {e}");
             }

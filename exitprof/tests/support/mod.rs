@@ -121,3 +121,263 @@ impl Watcher {
             .unwrap_or_else(|e| panic!("exitprof {:?} printed no JSON document ({e})", self.args))
     }
 }
+
+/// Waits until `pid` handles SIGINT: its signal handlers are installed once the probes are
+/// attached, before the workload starts.
+pub fn wait_for_sigint_handler(pid: u32) {
+    let started = std::time::Instant::now();
+    loop {
+        let status =
+            std::fs::read_to_string(format!("/proc/{pid}/status")).expect("exitprof is running");
+        let caught = status.lines().find_map(|l| l.strip_prefix("SigCgt:")).expect("SigCgt");
+        let mask = u64::from_str_radix(caught.trim(), 16).unwrap();
+        if mask & (1 << (libc::SIGINT - 1)) != 0 {
+            return;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "exitprof never got to handling SIGINT"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The BPF programs, links and maps a process holds, from `/proc/PID/fdinfo`.
+#[derive(Debug, Default)]
+pub struct BpfIds {
+    pub programs: std::collections::BTreeSet<u32>,
+    pub links: std::collections::BTreeSet<u32>,
+    pub maps: std::collections::BTreeSet<u32>,
+}
+
+impl BpfIds {
+    pub fn held_by(pid: u32) -> Self {
+        let mut ids = Self::default();
+        let dir = format!("/proc/{pid}/fdinfo");
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("reading {dir}: {e}")) {
+            // A descriptor can be closed while we read.
+            let Ok(info) = std::fs::read_to_string(entry.unwrap().path()) else { continue };
+            for line in info.lines() {
+                let Some((key, value)) = line.split_once(':') else { continue };
+                let set = match key {
+                    "prog_id" => &mut ids.programs,
+                    "link_id" => &mut ids.links,
+                    "map_id" => &mut ids.maps,
+                    _ => continue,
+                };
+                set.insert(value.trim().parse().expect("a numeric id"));
+            }
+        }
+        ids
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.programs.is_empty() && self.links.is_empty() && self.maps.is_empty()
+    }
+
+    /// Those of these ids the kernel still has loaded. (One that goes away while the kernel's
+    /// list is read fails to open: it is not loaded.)
+    pub fn still_loaded(&self) -> Self {
+        Self {
+            programs: aya::programs::loaded_programs()
+                .filter_map(Result::ok)
+                .map(|p| p.id())
+                .filter(|id| self.programs.contains(id))
+                .collect(),
+            links: aya::programs::loaded_links()
+                .filter_map(Result::ok)
+                .map(|l| l.id())
+                .filter(|id| self.links.contains(id))
+                .collect(),
+            maps: aya::maps::loaded_maps()
+                .filter_map(Result::ok)
+                .map(|m| m.id())
+                .filter(|id| self.maps.contains(id))
+                .collect(),
+        }
+    }
+}
+
+/// Requires every id in `held` to be unloaded within 10 s (the kernel frees links and programs
+/// asynchronously once their last descriptor is closed).
+pub fn assert_unloaded(held: &BpfIds) {
+    let started = std::time::Instant::now();
+    loop {
+        let left = held.still_loaded();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "exitprof held {held:?} and left {left:?} loaded"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The lines of tracefs `kprobe_events` that are exitprof's (none where the kernel has no
+/// kprobes, and so no such file).
+pub fn exitprof_kprobe_events() -> Vec<String> {
+    ["/sys/kernel/tracing/kprobe_events", "/sys/kernel/debug/tracing/kprobe_events"]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .flat_map(|text| text.lines().map(str::to_owned).collect::<Vec<_>>())
+        .filter(|line| line.contains(":exitprof_"))
+        .collect()
+}
+
+/// The tracefs instances on the machine.
+pub fn tracefs_instances() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/sys/kernel/tracing/instances")
+        .map(|dir| dir.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Waits for `child` to end and collects its output; fails the test, killing the child, after
+/// `limit`: exitprof must never hang.
+pub fn wait_with_deadline(
+    child: std::process::Child,
+    limit: std::time::Duration,
+    what: &str,
+) -> Output {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.expect("waiting for exitprof"),
+        Err(_) => {
+            // SAFETY: our own child, not reaped while its waiter is blocked on it.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("{what}: exitprof still running after {limit:?}");
+        }
+    }
+}
+
+/// Makes this test process the reaper of orphaned descendants: a process exitprof leaves
+/// behind then becomes this process's child instead of init's, where a test can see it.
+pub fn become_subreaper() {
+    // SAFETY: prctl with integer arguments.
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    assert_eq!(rc, 0, "PR_SET_CHILD_SUBREAPER: {}", std::io::Error::last_os_error());
+}
+
+/// The pids of `pid`'s children (in any of its threads).
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("children")).ok())
+        .flat_map(|list| list.split_whitespace().map(|p| p.parse().unwrap()).collect::<Vec<_>>())
+        .collect()
+}
+
+/// (state, parent pid, process group) of a process, from `/proc/PID/stat`.
+pub fn stat_of(pid: u32) -> Option<(char, u32, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The name, in parentheses, may hold anything: the fields after it are plain.
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some((state, ppid, pgrp))
+}
+
+/// exitprof running its workload.
+pub struct Started {
+    child: Option<std::process::Child>,
+    pub pid: u32,
+    /// exitprof's workload children when it was caught running; each leads its process group.
+    pub workload: Vec<u32>,
+    /// The BPF objects exitprof held then.
+    pub held: BpfIds,
+    args: Vec<String>,
+}
+
+impl Started {
+    /// Starts exitprof with `args` (no stdin: not a terminal) and returns once its probes are
+    /// attached and its workload has run for `into_it`.
+    pub fn start(args: &[&str], into_it: std::time::Duration) -> Self {
+        let child = exitprof()
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("exitprof starts");
+        let pid = child.id();
+        wait_for_sigint_handler(pid);
+        let started = std::time::Instant::now();
+        let workload = loop {
+            let children = children_of(pid);
+            if !children.is_empty() {
+                break children;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(60),
+                "exitprof {args:?} never started its workload"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        std::thread::sleep(into_it);
+        let held = BpfIds::held_by(pid);
+        assert!(!held.programs.is_empty(), "exitprof {args:?} holds no BPF program mid-run");
+        let args = args.iter().map(|a| a.to_string()).collect();
+        Self { child: Some(child), pid, workload, held, args }
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: our own child, not reaped before `finish`.
+        assert_eq!(unsafe { libc::kill(self.pid as i32, signal) }, 0);
+    }
+
+    /// Waits (60 s at most) for exitprof to end; returns its output.
+    pub fn finish(&mut self) -> Output {
+        let what = format!("exitprof {:?}", self.args);
+        let child = self.child.take().expect("exitprof is running");
+        wait_with_deadline(child, std::time::Duration::from_secs(60), &what)
+    }
+}
+
+/// Requires that an ended exitprof left nothing: its workload children reaped, no process of
+/// their process groups alive (or a zombie) after 5 s, the BPF objects it held unloaded, no
+/// kprobe event of its own. Call [`become_subreaper`] before starting exitprof.
+pub fn assert_nothing_left(run: &Started) {
+    let me = std::process::id();
+    for &child in &run.workload {
+        // An unreaped child of an exitprof that has ended is reparented to us.
+        if let Some((state, ppid, _)) = stat_of(child)
+            && ppid == me
+        {
+            panic!("exitprof ended without reaping its workload child {child} (state {state})");
+        }
+    }
+    let started = std::time::Instant::now();
+    loop {
+        // Orphans of the workload come to us: reap those that ended.
+        // SAFETY: waitpid on any child of ours, without blocking.
+        while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+        let left: Vec<(u32, char, u32)> = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter_map(|pid| stat_of(pid).map(|(state, _, pgrp)| (pid, state, pgrp)))
+            .filter(|(_, _, pgrp)| run.workload.contains(pgrp))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "processes of the workload's process groups {:?} left (pid, state, group): {left:?}",
+            run.workload
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_unloaded(&run.held);
+    let group = format!(":exitprof_{}/", run.pid);
+    let events: Vec<String> =
+        exitprof_kprobe_events().into_iter().filter(|e| e.contains(&group)).collect();
+    assert!(events.is_empty(), "kprobe events left: {events:?}");
+}

@@ -353,6 +353,8 @@ fn setsockopt<T>(socket: &Socket, option: libc::c_int, value: &T) -> io::Result<
 
 #[cfg(test)]
 mod tests {
+    use proptest::{collection::vec, prelude::*};
+
     use super::{protocol::tests::*, *};
 
     /// An NLMSG_ERROR message: an acknowledgement when `errno` is 0.
@@ -397,5 +399,20 @@ mod tests {
         counts.take(EXIT_OF_A_THREAD, captured_family() + 1);
         counts.take(&EXIT_ENDING_A_GROUP[..100], captured_family());
         assert_eq!((counts.messages, counts.errors), (0, 2));
+    }
+
+    proptest! {
+        /// Whatever a datagram holds, it is counted (its bytes, and each message as an exit, an
+        /// acknowledgement or an error), never a panic.
+        #[test]
+        fn any_datagram_is_counted(
+            datagram in prop_oneof![damaged_exit_message(), vec(any::<u8>(), 0..1200)]
+        ) {
+            let mut counts = ListenerCounts::default();
+            let _ = counts.take(&datagram, captured_family());
+            prop_assert_eq!(counts.bytes, datagram.len() as u64);
+            let by_tgid: u64 = counts.by_tgid.values().map(|g| g.tasks).sum();
+            prop_assert!(by_tgid <= counts.messages);
+        }
     }
 }

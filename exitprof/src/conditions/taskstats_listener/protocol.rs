@@ -220,6 +220,8 @@ pub fn messages(datagram: &[u8]) -> impl Iterator<Item = Result<Incoming, Decode
 
 #[cfg(test)]
 pub mod tests {
+    use proptest::{collection::vec, prelude::*};
+
     use super::*;
 
     /// Exit messages captured from a listener on Linux 6.18 (struct taskstats version 16), for
@@ -306,5 +308,56 @@ pub mod tests {
         let bytes = cpumask_request(31, CpumaskOp::Deregister, "0-3", 8);
         let attrs = NetlinkBuffer::new_checked(&bytes[..]).unwrap().payload()[4..].to_vec();
         assert_eq!(NlasIterator::new(&attrs).next().unwrap().unwrap().kind(), 4);
+    }
+
+    /// A captured exit message with some bytes changed and maybe cut short.
+    pub fn damaged_exit_message() -> impl Strategy<Value = Vec<u8>> {
+        (any::<bool>(), vec((any::<usize>(), any::<u8>()), 1..8), any::<Option<usize>>()).prop_map(
+            |(last, changes, cut)| {
+                let mut bytes = if last { EXIT_ENDING_A_GROUP } else { EXIT_OF_A_THREAD }.to_vec();
+                for (at, byte) in changes {
+                    let len = bytes.len();
+                    bytes[at % len] = byte;
+                }
+                if let Some(cut) = cut {
+                    bytes.truncate(cut % (bytes.len() + 1));
+                }
+                bytes
+            },
+        )
+    }
+
+    proptest! {
+        /// Any datagram is framed into messages or refused, never a panic, and framing ends:
+        /// every message takes at least a header's 16 bytes.
+        #[test]
+        fn any_datagram_is_read_without_panicking(
+            bytes in prop_oneof![damaged_exit_message(), vec(any::<u8>(), 0..1200)]
+        ) {
+            let framed = messages(&bytes).take(bytes.len() + 1).count();
+            prop_assert!(framed <= bytes.len() / 16 + 1, "{} messages in {} bytes", framed, bytes.len());
+            let _ = family_reply(&bytes);
+        }
+
+        #[test]
+        fn a_cpumask_request_carries_any_cpulist(
+            cpulist in vec(proptest::sample::select(b"0123456789,-".to_vec()), 1..64),
+            family in any::<u16>(),
+            seq in any::<u32>(),
+            register in any::<bool>(),
+        ) {
+            let cpulist = String::from_utf8(cpulist).unwrap();
+            let op = if register { CpumaskOp::Register } else { CpumaskOp::Deregister };
+            let bytes = cpumask_request(family, op, &cpulist, seq);
+            let header = NetlinkBuffer::new_checked(&bytes[..]).unwrap();
+            prop_assert_eq!(header.length() as usize, bytes.len());
+            prop_assert_eq!((header.message_type(), header.sequence_number()), (family, seq));
+            let attrs: Vec<_> =
+                NlasIterator::new(&header.payload()[4..]).collect::<Result<_, _>>().unwrap();
+            prop_assert_eq!(attrs.len(), 1);
+            prop_assert_eq!(attrs[0].kind(), op.attribute());
+            let value = format!("{cpulist}\0");
+            prop_assert_eq!(attrs[0].value(), value.as_bytes());
+        }
     }
 }

@@ -1,0 +1,50 @@
+//! What exitprof itself costs: its own CPU time and peak memory, its workload children left out.
+
+use serde::Serialize;
+
+/// exitprof's own use of the machine so far.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct OwnCost {
+    /// CPU time of all of exitprof's threads (`getrusage(RUSAGE_SELF)`), in seconds.
+    pub user_s: f64,
+    pub sys_s: f64,
+    /// Its peak resident memory (VmHWM in /proc/self/status), in bytes; `null` where it cannot
+    /// be read. (`ru_maxrss` would not do: it keeps the peak of the process image before exec.)
+    pub peak_rss_bytes: Option<u64>,
+}
+
+impl OwnCost {
+    pub fn now() -> Self {
+        // SAFETY: rusage is plain data, filled in by the kernel.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid pointer to a local; RUSAGE_SELF cannot fail.
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+        let seconds = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        Self {
+            user_s: seconds(usage.ru_utime),
+            sys_s: seconds(usage.ru_stime),
+            peak_rss_bytes: vm_hwm(&status),
+        }
+    }
+}
+
+/// VmHWM of a /proc/PID/status text, in bytes.
+fn vm_hwm(status: &str) -> Option<u64> {
+    let kib = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().strip_suffix("kB")?;
+    Some(kib.trim().parse::<u64>().ok()? << 10)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_its_own_cpu_time_and_peak_memory() {
+        assert_eq!(vm_hwm("Name:\tx\nVmHWM:\t  1024 kB\nVmRSS:\t 512 kB\n"), Some(1 << 20));
+        assert_eq!(vm_hwm("Name:\tx\n"), None);
+        let cost = OwnCost::now();
+        assert!(cost.peak_rss_bytes.is_some_and(|b| b > 0), "{cost:?}");
+        assert!(cost.user_s + cost.sys_s > 0.0, "{cost:?}");
+    }
+}
