@@ -9,6 +9,10 @@ pub const MAX_HITS: usize = 48;
 /// exitprof attached, or on a path no start probe covers).
 pub const FLAG_LATE_START: u32 = 1 << 0;
 
+/// Kernel-side bookkeeping: the task was switched out while still runnable (preempted), so the
+/// time until it runs again is spent waiting for a CPU.
+pub const FLAG_OFF_RUNNABLE: u32 = 1 << 31;
+
 /// One probe hit.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -17,6 +21,9 @@ pub struct Hit {
     pub ts_ns: u64,
     /// Off-CPU time the task had accumulated since its exit started, at this hit (ns).
     pub off_cpu_ns: u64,
+    /// The part of `off_cpu_ns` the task spent runnable, waiting for a CPU (preempted), rather
+    /// than blocked.
+    pub runq_ns: u64,
 }
 
 /// Everything the kernel side recorded about one task's exit.
@@ -39,6 +46,8 @@ pub struct ExitRecord {
     pub cpu: u32,
     /// Off-CPU time of the whole exit (ns): switched out, preempted or blocked.
     pub off_cpu_ns: u64,
+    /// The part of `off_cpu_ns` spent runnable, waiting for a CPU.
+    pub runq_ns: u64,
     /// When the task last switched out while exiting (ns, 0 while on a CPU). Kernel-side
     /// bookkeeping, meaningless in userspace.
     pub off_since_ns: u64,

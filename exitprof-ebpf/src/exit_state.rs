@@ -134,6 +134,7 @@ fn restart(record: &mut ExitRecord, tgid: u32) {
     record.lost_hits = 0;
     record.flags = 0;
     record.off_cpu_ns = 0;
+    record.runq_ns = 0;
     record.off_since_ns = 0;
     record.ipc_ns = current_ipc_ns();
     set_on_cpu_exit(record.pid);
@@ -150,6 +151,7 @@ pub fn push_hit(record: &mut ExitRecord, point: u8, now: u64) {
     record.points[i] = point;
     record.hits[i].ts_ns = now;
     record.hits[i].off_cpu_ns = record.off_cpu_ns;
+    record.hits[i].runq_ns = record.runq_ns;
     record.n_hits += 1;
 }
 

@@ -13,7 +13,7 @@ use exitprof_common::{
 
 /// Exits in progress, keyed by thread id.
 #[map]
-pub static EXITING: HashMap<u32, ExitRecord> = HashMap::with_max_entries(16_384, 0);
+pub static EXITING: HashMap<u32, ExitRecord> = HashMap::with_max_entries(8_192, 0);
 
 /// A zeroed record, the initial value of every new `EXITING` entry (a record is too large for the
 /// 512-byte eBPF stack).

@@ -8,6 +8,7 @@ use aya_ebpf::{
 use exitprof_common::{
     counters,
     point::{Marker, marker_code},
+    record::FLAG_OFF_RUNNABLE,
     tracked,
 };
 
@@ -19,6 +20,8 @@ use crate::{
 
 /// `TASK_DEAD` in `task_struct::__state` (include/linux/sched.h, unchanged since v4.14).
 const TASK_DEAD: u32 = 0x80;
+/// `TASK_RUNNING`: switched out while runnable, i.e. preempted.
+const TASK_RUNNING: u32 = 0;
 /// `CLONE_THREAD` (include/uapi/linux/sched.h).
 const CLONE_THREAD: u64 = 0x0001_0000;
 
@@ -61,7 +64,12 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
                 if now == 0 {
                     now = now_ns();
                 }
-                record.off_cpu_ns += now - record.off_since_ns;
+                let off = now - record.off_since_ns;
+                record.off_cpu_ns += off;
+                if record.flags & FLAG_OFF_RUNNABLE != 0 {
+                    record.runq_ns += off;
+                    record.flags &= !FLAG_OFF_RUNNABLE;
+                }
                 record.off_since_ns = 0;
                 add_off_cpu_exits(-1);
             }
@@ -80,7 +88,12 @@ fn switch_out(ctx: &BtfTracePointContext, pid: u32, now: u64) {
         finish_exit(pid, record, marker_code(Marker::FinalSwitch), now);
     } else {
         // SAFETY: the entry belongs to the task being switched out on this CPU.
-        unsafe { (*record).off_since_ns = now };
+        let record = unsafe { &mut *record };
+        record.off_since_ns = now;
+        // Still runnable (TASK_RUNNING, 0): preempted, it waits for a CPU, not for an event.
+        if prev_state == TASK_RUNNING {
+            record.flags |= FLAG_OFF_RUNNABLE;
+        }
         add_off_cpu_exits(1);
     }
 }

@@ -277,7 +277,7 @@ mod tests {
     use crate::exits::PointHit;
 
     fn exit(pid: u32, tgid: u32, ipc_ns: u64, start: u64, end: u64) -> Exit {
-        let hit = |point, ts_ns| PointHit { point, ts_ns, off_cpu_ns: 0 };
+        let hit = |point, ts_ns| PointHit { point, ts_ns, off_cpu_ns: 0, runq_ns: 0 };
         Exit {
             pid,
             tgid,

@@ -12,6 +12,8 @@ pub struct PointHit {
     pub ts_ns: u64,
     /// Off-CPU time accumulated since the exit started, at this hit.
     pub off_cpu_ns: u64,
+    /// The part of it spent runnable, waiting for a CPU.
+    pub runq_ns: u64,
 }
 
 /// One task's exit, as the kernel recorded it.
@@ -63,9 +65,9 @@ impl Exit {
         let hits = record.points[..record.n_hits as usize]
             .iter()
             .zip(&record.hits)
-            .map(|(&code, &Hit { ts_ns, off_cpu_ns })| {
+            .map(|(&code, &Hit { ts_ns, off_cpu_ns, runq_ns })| {
                 let point = Point::from_code(code).ok_or(DecodeError::UnknownPoint(code))?;
-                Ok(PointHit { point, ts_ns, off_cpu_ns })
+                Ok(PointHit { point, ts_ns, off_cpu_ns, runq_ns })
             })
             .collect::<Result<_, _>>()?;
         Ok(Self {
@@ -99,6 +101,14 @@ impl Exit {
             _ => 0,
         }
     }
+
+    /// The part of the off-CPU time spent runnable, waiting for a CPU.
+    pub fn runq_ns(&self) -> u64 {
+        match (self.hits.first(), self.hits.last()) {
+            (Some(first), Some(last)) => last.runq_ns.saturating_sub(first.runq_ns),
+            _ => 0,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -121,7 +131,8 @@ pub(crate) mod tests {
         record.n_hits = exit.hits.len() as u32;
         for (i, hit) in exit.hits.iter().enumerate() {
             record.points[i] = hit.point.code();
-            record.hits[i] = Hit { ts_ns: hit.ts_ns, off_cpu_ns: hit.off_cpu_ns };
+            record.hits[i] =
+                Hit { ts_ns: hit.ts_ns, off_cpu_ns: hit.off_cpu_ns, runq_ns: hit.runq_ns };
         }
         // SAFETY: reading the record's own bytes.
         let bytes = unsafe {
@@ -134,7 +145,7 @@ pub(crate) mod tests {
     pub(crate) fn encode(pid: u32, tgid: u32, hits: &[(Point, u64, u64)]) -> Vec<u8> {
         let hits = hits
             .iter()
-            .map(|&(point, ts_ns, off_cpu_ns)| PointHit { point, ts_ns, off_cpu_ns })
+            .map(|&(point, ts_ns, off_cpu_ns)| PointHit { point, ts_ns, off_cpu_ns, runq_ns: 0 })
             .collect();
         encode_exit(&Exit { pid, tgid, flags: 0, lost_hits: 0, cpu: 0, ipc_ns: 0, hits })
     }
@@ -147,8 +158,10 @@ pub(crate) mod tests {
 
     /// Any exit the kernel side can send: any fields, up to MAX_HITS hits in any order.
     pub(crate) fn any_exit() -> impl Strategy<Value = Exit> {
-        let hit = (any_point(), any::<u64>(), any::<u64>())
-            .prop_map(|(point, ts_ns, off_cpu_ns)| PointHit { point, ts_ns, off_cpu_ns });
+        let hit =
+            (any_point(), any::<u64>(), any::<u64>()).prop_map(|(point, ts_ns, off_cpu_ns)| {
+                PointHit { point, ts_ns, off_cpu_ns, runq_ns: 0 }
+            });
         (any::<[u32; 5]>(), any::<u64>(), vec(hit, 0..=MAX_HITS)).prop_map(
             |([pid, tgid, flags, lost_hits, cpu], ipc_ns, hits)| Exit {
                 pid,
@@ -220,7 +233,12 @@ pub(crate) mod tests {
         assert_eq!(exit.hits.len(), 4);
         assert_eq!(
             exit.hits[2],
-            PointHit { point: Point::Return(ExitFn::ExitFiles), ts_ns: 1_700, off_cpu_ns: 100 }
+            PointHit {
+                point: Point::Return(ExitFn::ExitFiles),
+                ts_ns: 1_700,
+                off_cpu_ns: 100,
+                runq_ns: 0,
+            }
         );
         assert_eq!(exit.duration_ns(), 3_000);
         assert_eq!(exit.off_cpu_ns(), 300);

@@ -9,6 +9,8 @@ pub struct Latency {
     pub hist: Histogram<u64>,
     pub total_ns: u128,
     pub off_cpu_ns: u128,
+    /// The part of `off_cpu_ns` spent runnable, waiting for a CPU.
+    pub runq_ns: u128,
 }
 
 /// The longest latency a histogram tracks exactly; longer ones are recorded as this (an exit
@@ -22,12 +24,19 @@ impl Default for Latency {
                 .expect("valid bounds and precision"),
             total_ns: 0,
             off_cpu_ns: 0,
+            runq_ns: 0,
         }
     }
 }
 
 impl Latency {
     pub fn record(&mut self, ns: u64, off_cpu_ns: u64) {
+        self.record_waits(ns, off_cpu_ns, 0);
+    }
+
+    /// Records one latency with its off-CPU time and the part of that spent runnable.
+    pub fn record_waits(&mut self, ns: u64, off_cpu_ns: u64, runq_ns: u64) {
+        self.runq_ns += u128::from(runq_ns.min(off_cpu_ns).min(ns));
         self.hist.saturating_record(ns);
         self.total_ns += u128::from(ns);
         self.off_cpu_ns += u128::from(off_cpu_ns.min(ns));
@@ -47,6 +56,7 @@ impl Latency {
             max_ns: if h.is_empty() { 0 } else { h.max() },
             total_ns: self.total_ns,
             off_cpu_ns: self.off_cpu_ns,
+            runq_ns: self.runq_ns,
         }
     }
 
@@ -122,9 +132,16 @@ pub struct Summary {
     pub max_ns: u64,
     pub total_ns: u128,
     pub off_cpu_ns: u128,
+    pub runq_ns: u128,
 }
 
 impl Summary {
+    /// Fraction of the off-CPU time spent runnable (preempted, waiting for a CPU) rather than
+    /// blocked.
+    pub fn runq_share(&self) -> f64 {
+        if self.off_cpu_ns == 0 { 0.0 } else { self.runq_ns as f64 / self.off_cpu_ns as f64 }
+    }
+
     /// Fraction of the time spent off-CPU.
     pub fn off_cpu_share(&self) -> f64 {
         if self.total_ns == 0 { 0.0 } else { self.off_cpu_ns as f64 / self.total_ns as f64 }

@@ -48,19 +48,20 @@ impl Profile {
             self.late_starts += 1;
         }
         self.lost_hits += u64::from(exit.lost_hits);
-        self.exit.record(exit.duration_ns(), exit.off_cpu_ns());
+        self.exit.record_waits(exit.duration_ns(), exit.off_cpu_ns(), exit.runq_ns());
         // A stage can occur more than once in one exit (a function split by a nested probe);
         // each exit contributes one value per stage. (Saturating: a damaged record's hits may
         // go back and forth in time.)
-        let mut per_stage: HashMap<usize, (u64, u64)> = HashMap::new();
+        let mut per_stage: HashMap<usize, (u64, u64, u64)> = HashMap::new();
         for span in self.namer.spans(exit) {
             let e = per_stage.entry(span.stage).or_default();
             e.0 = e.0.saturating_add(span.ns);
             e.1 = e.1.saturating_add(span.off_cpu_ns);
+            e.2 = e.2.saturating_add(span.runq_ns);
         }
         self.stages.resize_with(self.namer.stages().len(), Latency::default);
-        for (stage, (ns, off)) in per_stage {
-            self.stages[stage].record(ns, off);
+        for (stage, (ns, off, runq)) in per_stage {
+            self.stages[stage].record_waits(ns, off, runq);
         }
     }
 

@@ -21,6 +21,7 @@ pub struct Span {
     pub stage: usize,
     pub ns: u64,
     pub off_cpu_ns: u64,
+    pub runq_ns: u64,
 }
 
 /// A stage: a traced function (its own time, without traced callees) or a gap between probes.
@@ -91,6 +92,7 @@ impl StageNamer {
                 stage,
                 ns: b.ts_ns.saturating_sub(a.ts_ns),
                 off_cpu_ns: b.off_cpu_ns.saturating_sub(a.off_cpu_ns),
+                runq_ns: b.runq_ns.saturating_sub(a.runq_ns),
             });
         }
         spans
@@ -201,7 +203,12 @@ pub(crate) mod tests {
             ipc_ns: 0,
             hits: hits
                 .iter()
-                .map(|&(point, ts_ns, off_cpu_ns)| PointHit { point, ts_ns, off_cpu_ns })
+                .map(|&(point, ts_ns, off_cpu_ns)| PointHit {
+                    point,
+                    ts_ns,
+                    off_cpu_ns,
+                    runq_ns: 0,
+                })
                 .collect(),
         }
     }

@@ -23,7 +23,7 @@ pub fn run_verdict(exit: &Latency, rows: &[StageRow<'_>]) -> String {
         top.stage.name,
         top.share_of_exit * 100.0,
         occurrence(top.latency.hist.len(), exit.count),
-        cpu_phrase(top.latency.summary().off_cpu_share())
+        cpu_phrase(top.latency.summary().off_cpu_share(), Some(top.latency.summary().runq_share()))
     );
     if let Some(next) = ranked.get(1).filter(|r| r.share_of_exit >= WORTH_NAMING) {
         text.push_str(&format!(
@@ -45,13 +45,24 @@ fn occurrence(count: u64, exits: u64) -> String {
     }
 }
 
-/// What an off-CPU share says about a stage.
-pub fn cpu_phrase(off_cpu_share: f64) -> String {
+/// What an off-CPU share says about a stage; with the part of the off-CPU time spent runnable
+/// (`runq_share`), also what the tasks wait for.
+pub fn cpu_phrase(off_cpu_share: f64, runq_share: Option<f64>) -> String {
     if off_cpu_share >= MOSTLY_OFF_CPU {
-        format!(
-            "{:.0}% of it off-CPU: tasks wait there (blocked or preempted) rather than compute.",
-            off_cpu_share * 100.0
-        )
+        let waiting = match runq_share {
+            Some(r) if r >= 0.5 => format!(
+                "tasks wait there rather than compute, {:.0}% of that time runnable: preempted, \
+                 waiting for a CPU (the CPUs are busy, with the storm's own tasks or others).",
+                r * 100.0
+            ),
+            Some(r) => format!(
+                "tasks wait there rather than compute, {:.0}% of that time blocked (on a lock, \
+                 I/O or an event), not waiting for a CPU.",
+                (1.0 - r) * 100.0
+            ),
+            None => "tasks wait there (blocked or preempted) rather than compute.".to_owned(),
+        };
+        format!("{:.0}% of it off-CPU: {waiting}", off_cpu_share * 100.0)
     } else {
         format!("{:.0}% of it on-CPU: the kernel computes there.", (1.0 - off_cpu_share) * 100.0)
     }

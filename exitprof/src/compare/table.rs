@@ -152,7 +152,7 @@ pub fn compare_verdict(rows: &[MetricRow], deltas: Option<&StageDeltas>) -> Stri
             top.name,
             top.share_of_delta * 100.0,
             signed(top.delta_ns_per_exit),
-            cpu_phrase(off_cpu_share(top)),
+            cpu_phrase(off_cpu_share(top), None),
         ));
         // Waiting is noisy; what the condition costs in computing is named on its own.
         let on_cpu = |s: &StageDelta| s.delta_ns_per_exit - s.off_cpu_delta_ns_per_exit;
@@ -255,7 +255,7 @@ mod tests {
                 ipc_ns: 0,
                 hits: hits
                     .iter()
-                    .map(|&(point, ts_ns)| PointHit { point, ts_ns, off_cpu_ns: 0 })
+                    .map(|&(point, ts_ns)| PointHit { point, ts_ns, off_cpu_ns: 0, runq_ns: 0 })
                     .collect(),
             });
         }

@@ -131,7 +131,12 @@ pub(crate) mod tests {
                 cpu: 0,
                 ipc_ns: 0,
                 hits: hits
-                    .map(|(point, ts_ns, off_cpu_ns)| PointHit { point, ts_ns, off_cpu_ns })
+                    .map(|(point, ts_ns, off_cpu_ns)| PointHit {
+                        point,
+                        ts_ns,
+                        off_cpu_ns,
+                        runq_ns: 0,
+                    })
                     .to_vec(),
             });
         }

@@ -99,6 +99,9 @@ pub struct StageDoc {
     pub total_ns: u128,
     pub share_of_exit: f64,
     pub off_cpu_share: f64,
+    /// The part of the off-CPU time spent runnable (preempted, waiting for a CPU) rather than
+    /// blocked.
+    pub runq_share: f64,
     /// What the kernel does in this stage.
     pub covers: Vec<String>,
     /// The histogram: every non-empty bucket, lowest first.
@@ -121,6 +124,7 @@ impl StageDoc {
             total_ns: s.total_ns,
             share_of_exit,
             off_cpu_share: s.off_cpu_share(),
+            runq_share: s.runq_share(),
             covers,
             buckets: latency.buckets(),
         }

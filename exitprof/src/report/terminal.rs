@@ -227,6 +227,7 @@ fn stage_table(doc: &RunDocument) -> Table {
     table.load_preset(NOTHING);
     table.set_header([
         "stage", "count", "mean", "p50", "p90", "p99", "p99.9", "max", "share", "off-CPU",
+        "runnable",
     ]);
     for (i, s) in doc.stages.iter().enumerate() {
         let name = if i == 0 { s.name.clone() } else { format!("  {}", s.name) };
@@ -241,6 +242,12 @@ fn stage_table(doc: &RunDocument) -> Table {
             fmt_ns(s.max_ns as f64),
             format!("{:.1}%", s.share_of_exit * 100.0),
             format!("{:.1}%", s.off_cpu_share * 100.0),
+            // Of the off-CPU time, the part spent runnable: preempted, waiting for a CPU.
+            if s.off_cpu_share > 0.0 {
+                format!("{:.0}%", s.runq_share * 100.0)
+            } else {
+                "-".into()
+            },
         ]);
     }
     for column in table.column_iter_mut().skip(1) {
