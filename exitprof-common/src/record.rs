@@ -48,6 +48,13 @@ pub struct ExitRecord {
     pub off_cpu_ns: u64,
     /// The part of `off_cpu_ns` spent runnable, waiting for a CPU.
     pub runq_ns: u64,
+    /// The longest time the task was blocked (switched out, not runnable) during its exit.
+    pub longest_block_ns: u64,
+    /// Kernel stack (an id in the `BLOCK_STACKS` map) where that longest block began; -1 when
+    /// the task never blocked or the stack was not taken.
+    pub block_stack: i32,
+    /// Kernel-side bookkeeping: the stack of the block in progress.
+    pub pending_stack: i32,
     /// When the task last switched out while exiting (ns, 0 while on a CPU). Kernel-side
     /// bookkeeping, meaningless in userspace.
     pub off_since_ns: u64,

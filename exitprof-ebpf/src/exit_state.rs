@@ -111,6 +111,7 @@ fn open_exit(pid: u32, tgid: u32) -> Option<*mut ExitRecord> {
     unsafe {
         (*record).pid = pid;
         (*record).tgid = tgid;
+        (*record).block_stack = -1;
         (*record).ipc_ns = current_ipc_ns();
     }
     set_on_cpu_exit(pid);
@@ -135,6 +136,8 @@ fn restart(record: &mut ExitRecord, tgid: u32) {
     record.flags = 0;
     record.off_cpu_ns = 0;
     record.runq_ns = 0;
+    record.longest_block_ns = 0;
+    record.block_stack = -1;
     record.off_since_ns = 0;
     record.ipc_ns = current_ipc_ns();
     set_on_cpu_exit(record.pid);

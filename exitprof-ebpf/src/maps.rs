@@ -3,7 +3,7 @@
 use aya_ebpf::{
     Global,
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf, StackTrace},
 };
 use exitprof_common::{
     counters,
@@ -30,6 +30,11 @@ pub static ON_CPU_EXIT: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
 /// went wrong shows as not positive and only costs lookups).
 #[map]
 pub static OFF_CPU_EXITS: Array<i64> = Array::with_max_entries(1, 0);
+
+/// Kernel stacks where exiting tasks blocked, by id (the longest block of each exit names
+/// one).
+#[map]
+pub static BLOCK_STACKS: StackTrace = StackTrace::with_max_entries(4096, 0);
 
 /// Thread-group ids whose exits are recorded (unless `TRACE_ALL` is set); the workload's, then
 /// its descendants' as they fork.

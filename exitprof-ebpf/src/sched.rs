@@ -3,7 +3,9 @@
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use aya_ebpf::{
-    helpers::bpf_get_current_pid_tgid, macros::btf_tracepoint, programs::BtfTracePointContext,
+    helpers::bpf_get_current_pid_tgid,
+    macros::btf_tracepoint,
+    programs::{BtfTracePointContext, tracing::StackIdContext as _},
 };
 use exitprof_common::{
     counters,
@@ -15,13 +17,18 @@ use exitprof_common::{
 use crate::{
     exit_state::finish_exit,
     helpers::{now_ns, read_at},
-    maps::{EXITING, OFF_CPU_EXITS, ON_CPU_EXIT, TASK_PID_OFFSET, TRACKED, count_loss},
+    maps::{
+        BLOCK_STACKS, EXITING, OFF_CPU_EXITS, ON_CPU_EXIT, TASK_PID_OFFSET, TRACKED, count_loss,
+    },
 };
 
 /// `TASK_DEAD` in `task_struct::__state` (include/linux/sched.h, unchanged since v4.14).
 const TASK_DEAD: u32 = 0x80;
 /// `TASK_RUNNING`: switched out while runnable, i.e. preempted.
 const TASK_RUNNING: u32 = 0;
+/// `BPF_F_REUSE_STACKID`: a new stack whose hash collides replaces the old one (stacks are only
+/// read at the end of a run; a lost old one costs a name, not a count).
+const BPF_F_REUSE_STACKID: u64 = 1 << 10;
 /// `CLONE_THREAD` (include/uapi/linux/sched.h).
 const CLONE_THREAD: u64 = 0x0001_0000;
 
@@ -69,6 +76,9 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
                 if record.flags & FLAG_OFF_RUNNABLE != 0 {
                     record.runq_ns += off;
                     record.flags &= !FLAG_OFF_RUNNABLE;
+                } else if off > record.longest_block_ns {
+                    record.longest_block_ns = off;
+                    record.block_stack = record.pending_stack;
                 }
                 record.off_since_ns = 0;
                 add_off_cpu_exits(-1);
@@ -91,8 +101,12 @@ fn switch_out(ctx: &BtfTracePointContext, pid: u32, now: u64) {
         let record = unsafe { &mut *record };
         record.off_since_ns = now;
         // Still runnable (TASK_RUNNING, 0): preempted, it waits for a CPU, not for an event.
+        // Otherwise it blocks: where, the kernel stack says.
         if prev_state == TASK_RUNNING {
             record.flags |= FLAG_OFF_RUNNABLE;
+        } else {
+            record.pending_stack =
+                ctx.get_stackid(&BLOCK_STACKS, BPF_F_REUSE_STACKID).map_or(-1, |id| id as i32);
         }
         add_off_cpu_exits(1);
     }

@@ -4,9 +4,11 @@
 use anyhow::Context as _;
 use aya::{
     Ebpf,
-    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    maps::{HashMap, MapData, PerCpuArray, RingBuf, StackTraceMap},
 };
 use exitprof_common::{counters, deferred::DeferredRecord, record::ExitRecord};
+
+use crate::kernel::kallsyms::Kallsyms;
 use serde::Serialize;
 use tokio::io::unix::AsyncFd;
 
@@ -109,6 +111,15 @@ impl KernelLosses {
     pub fn exits(&self) -> u64 {
         self.ringbuf_full + self.state_map_full + self.stale_records
     }
+}
+
+/// The function names of a kernel stack the programs took, innermost first (`?` for an address
+/// kallsyms does not name; nothing when the stack is gone).
+pub fn stack_frames(ebpf: &Ebpf, symbols: &Kallsyms, id: u32) -> Vec<String> {
+    let Some(map) = ebpf.map("BLOCK_STACKS") else { return Vec::new() };
+    let Ok(stacks) = StackTraceMap::try_from(map) else { return Vec::new() };
+    let Ok(stack) = stacks.get(&id, 0) else { return Vec::new() };
+    stack.frames().iter().map(|f| symbols.name_of(f.ip).unwrap_or("?").to_owned()).collect()
 }
 
 /// Decodes a deferred-work record.

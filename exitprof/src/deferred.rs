@@ -285,6 +285,8 @@ mod tests {
             lost_hits: 0,
             cpu: 0,
             ipc_ns,
+            longest_block_ns: 0,
+            block_stack: None,
             hits: vec![
                 hit(Point::Marker(Marker::DoExit), start),
                 hit(Point::Marker(Marker::FinalSwitch), end),

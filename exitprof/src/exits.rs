@@ -25,6 +25,10 @@ pub struct Exit {
     pub lost_hits: u32,
     pub cpu: u32,
     pub ipc_ns: u64,
+    /// The longest time the task was blocked during its exit.
+    pub longest_block_ns: u64,
+    /// The kernel stack (id in the loaded object's map) where that block began.
+    pub block_stack: Option<u32>,
     /// In the order they fired.
     pub hits: Vec<PointHit>,
 }
@@ -77,6 +81,8 @@ impl Exit {
             lost_hits: record.lost_hits,
             cpu: record.cpu,
             ipc_ns: record.ipc_ns,
+            longest_block_ns: record.longest_block_ns,
+            block_stack: u32::try_from(record.block_stack).ok(),
             hits,
         })
     }
@@ -128,6 +134,8 @@ pub(crate) mod tests {
         record.lost_hits = exit.lost_hits;
         record.cpu = exit.cpu;
         record.ipc_ns = exit.ipc_ns;
+        record.longest_block_ns = exit.longest_block_ns;
+        record.block_stack = exit.block_stack.map_or(-1, |id| id as i32);
         record.n_hits = exit.hits.len() as u32;
         for (i, hit) in exit.hits.iter().enumerate() {
             record.points[i] = hit.point.code();
@@ -147,7 +155,17 @@ pub(crate) mod tests {
             .iter()
             .map(|&(point, ts_ns, off_cpu_ns)| PointHit { point, ts_ns, off_cpu_ns, runq_ns: 0 })
             .collect();
-        encode_exit(&Exit { pid, tgid, flags: 0, lost_hits: 0, cpu: 0, ipc_ns: 0, hits })
+        encode_exit(&Exit {
+            pid,
+            tgid,
+            flags: 0,
+            lost_hits: 0,
+            cpu: 0,
+            ipc_ns: 0,
+            longest_block_ns: 0,
+            block_stack: None,
+            hits,
+        })
     }
 
     /// Any point the kernel side can record.
@@ -159,18 +177,29 @@ pub(crate) mod tests {
     /// Any exit the kernel side can send: any fields, up to MAX_HITS hits in any order.
     pub(crate) fn any_exit() -> impl Strategy<Value = Exit> {
         let hit =
-            (any_point(), any::<u64>(), any::<u64>()).prop_map(|(point, ts_ns, off_cpu_ns)| {
-                PointHit { point, ts_ns, off_cpu_ns, runq_ns: 0 }
+            (any_point(), any::<[u64; 3]>()).prop_map(|(point, [ts_ns, off_cpu_ns, runq_ns])| {
+                PointHit { point, ts_ns, off_cpu_ns, runq_ns }
             });
-        (any::<[u32; 5]>(), any::<u64>(), vec(hit, 0..=MAX_HITS)).prop_map(
-            |([pid, tgid, flags, lost_hits, cpu], ipc_ns, hits)| Exit {
-                pid,
-                tgid,
-                flags,
-                lost_hits,
-                cpu,
-                ipc_ns,
+        // Stack ids are what bpf_get_stackid returns: non-negative i32.
+        let stack = proptest::option::of(0..=i32::MAX as u32);
+        (any::<[u32; 5]>(), any::<[u64; 2]>(), stack, vec(hit, 0..=MAX_HITS)).prop_map(
+            |(
+                [pid, tgid, flags, lost_hits, cpu],
+                [ipc_ns, longest_block_ns],
+                block_stack,
                 hits,
+            )| {
+                Exit {
+                    pid,
+                    tgid,
+                    flags,
+                    lost_hits,
+                    cpu,
+                    ipc_ns,
+                    longest_block_ns,
+                    block_stack,
+                    hits,
+                }
             },
         )
     }

@@ -1,5 +1,6 @@
 //! exitprof: an eBPF profiler of the Linux exit path.
 
+mod blocking;
 mod cli;
 mod collect;
 mod compare;

@@ -523,7 +523,7 @@ mod tests {
             kprobes: if kprobes { Ok(()) } else { no("kprobes") },
             fentry: if fentry { Ok(()) } else { no("fentry") },
             btf: Some(KernelBtf::load().expect("this machine has kernel BTF")),
-            kallsyms: Kallsyms::parse(kallsyms.as_bytes()).unwrap(),
+            kallsyms: Kallsyms::parse(kallsyms.as_bytes()).unwrap().into(),
             ftrace_functions: None,
             kprobe_blacklist: HashSet::new(),
         }

@@ -5,6 +5,7 @@ use std::{
     collections::HashSet,
     future::Future,
     pin::Pin,
+    sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
 
@@ -13,11 +14,12 @@ use exitprof_common::{sizes::COMM_LEN, tracked};
 use serde::Serialize;
 
 use crate::{
+    blocking::BlockedIn,
     cli::{ProbeArgs, RunArgs, Storm, Target, UsageError},
     collect::{self, KernelLosses, RecordStream, monotonic_ns},
     deferred::DeferredWork,
     export::{self, ExportTarget},
-    kernel::{KernelFacts, tracefs},
+    kernel::{KernelFacts, kallsyms::Kallsyms, tracefs},
     load::{self, LoadOptions, Probes},
     own_cost::OwnCost,
     pidfd::PidFd,
@@ -34,6 +36,9 @@ use crate::{
         threads,
     },
 };
+
+/// Kernel stacks reported where exits blocked.
+pub const BLOCKED_IN_SHOWN: usize = 5;
 
 /// How often records are read from the ring buffers, unless one fills up first.
 const READ_INTERVAL: Duration = Duration::from_millis(20);
@@ -63,6 +68,8 @@ pub struct RunOutcome {
     pub burst_rate: Option<f64>,
     pub profile: Profile,
     pub deferred: DeferredWork,
+    /// Where exits blocked, most blocked time first.
+    pub blocked_in: Vec<BlockedIn>,
     pub losses: Losses,
     /// The signal (SIGINT or SIGTERM) that cut a workload short, if one did.
     pub interrupted: Option<i32>,
@@ -250,6 +257,8 @@ pub struct Attached {
     pub probes: Probes,
     exits: RecordStream,
     deferred: RecordStream,
+    /// Names the kernel stacks the programs take.
+    symbols: Arc<Kallsyms>,
 }
 
 impl Attached {
@@ -257,7 +266,7 @@ impl Attached {
         let mut probes = load::load_and_attach(plan, facts, options)?;
         let exits = RecordStream::take(&mut probes.ebpf, "EXITS")?;
         let deferred = RecordStream::take(&mut probes.ebpf, "DEFERRED")?;
-        Ok(Self { probes, exits, deferred })
+        Ok(Self { probes, exits, deferred, symbols: facts.kallsyms.clone() })
     }
 
     /// What the kernel side lost so far.
@@ -312,6 +321,7 @@ pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunO
     attached.detach();
 
     let Collected { end, interrupted, elapsed, unfinished } = collected;
+    let blocked_in = session.blocking.report(BLOCKED_IN_SHOWN);
     let Session { profile, deferred, undecodable, .. } = session;
     let losses = Losses { kernel, undecodable, unfinished, hits: profile.lost_hits, probe_misses };
     let (elapsed, child, ended) = match end {
@@ -334,6 +344,7 @@ pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunO
         burst_rate,
         profile,
         deferred,
+        blocked_in,
         losses,
         interrupted,
         own_cost: OwnCost::now(),
@@ -365,9 +376,9 @@ pub async fn collect_until(
     let begin = Instant::now();
     // A session can collect several targets in turn (compare): each is collected in full.
     session.stop_ns = u64::MAX;
-    let (mut probes, mut exits, mut deferred) = match attached {
-        Some(a) => (Some(&a.probes), Some(&mut a.exits), Some(&mut a.deferred)),
-        None => (None, None, None),
+    let (mut probes, mut exits, mut deferred, symbols) = match attached {
+        Some(a) => (Some(&a.probes), Some(&mut a.exits), Some(&mut a.deferred), Some(&a.symbols)),
+        None => (None, None, None, None),
     };
     let mut ticker = tokio::time::interval(progress::INTERVAL);
     // Records do not wake exitprof one by one (that would put it on a CPU for every exit of the
@@ -426,6 +437,10 @@ pub async fn collect_until(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let unfinished = collect::in_progress(&probes.ebpf, stop_ns, keep)? as u64;
+    // Stack ids belong to this loaded object: name the stacks while it is loaded.
+    if let Some(symbols) = symbols {
+        session.blocking.name_stacks(|id| collect::stack_frames(&probes.ebpf, symbols, id));
+    }
     Ok(Collected { end, interrupted, elapsed, unfinished })
 }
 

@@ -2,13 +2,16 @@
 //! is not part of the target.
 
 use crate::{
-    collect::decode_deferred, deferred::DeferredWork, exits::Exit, plan::Plan, profile::Profile,
+    blocking::Blocking, collect::decode_deferred, deferred::DeferredWork, exits::Exit, plan::Plan,
+    profile::Profile,
 };
 
 /// The records of one run, folded into the profile and the deferred-work joins.
 pub struct Session {
     pub profile: Profile,
     pub deferred: DeferredWork,
+    /// Where the exits blocked.
+    pub blocking: Blocking,
     /// Records that could not be decoded.
     pub undecodable: u64,
     pub exclusion: Exclusion,
@@ -35,6 +38,7 @@ impl Session {
         Self {
             profile: Profile::new(plan),
             deferred: DeferredWork::new(plan.sees_every_ipc_ns_free(), plan.measures_rcu_wait()),
+            blocking: Blocking::default(),
             undecodable: 0,
             exclusion: Exclusion { own_tgid: std::process::id() },
             stop_ns: u64::MAX,
@@ -52,6 +56,7 @@ impl Session {
                 log::trace!("exit of {}/{}: {:?}", exit.tgid, exit.pid, exit.hits);
                 self.profile.add(&exit);
                 self.deferred.exit(&exit);
+                self.blocking.exit(&exit);
             }
             Err(e) => {
                 self.undecodable += 1;

@@ -201,6 +201,8 @@ pub(crate) mod tests {
             lost_hits: 0,
             cpu: 0,
             ipc_ns: 0,
+            longest_block_ns: 0,
+            block_stack: None,
             hits: hits
                 .iter()
                 .map(|&(point, ts_ns, off_cpu_ns)| PointHit {

@@ -1,14 +1,15 @@
 //! The verdict: one or two sentences that say where the time went, in words.
 
-use crate::{histogram::Latency, profile::StageRow, report::fmt_ns};
+use crate::{blocking::BlockedIn, histogram::Latency, profile::StageRow, report::fmt_ns};
 
 /// Below this off-CPU share a stage computes; above it, it mostly waits.
 const MOSTLY_OFF_CPU: f64 = 0.5;
 /// A second stage is worth naming when it holds at least this share of the exit time.
 const WORTH_NAMING: f64 = 0.10;
 
-/// The verdict on one run (or one side of a comparison).
-pub fn run_verdict(exit: &Latency, rows: &[StageRow<'_>]) -> String {
+/// The verdict on one run (or one side of a comparison); `blocked_in` are the stacks where
+/// its exits blocked, most blocked time first.
+pub fn run_verdict(exit: &Latency, rows: &[StageRow<'_>], blocked_in: &[BlockedIn]) -> String {
     let exit = exit.summary();
     if exit.count == 0 {
         return "No exits were recorded: nothing to explain.".to_owned();
@@ -18,13 +19,22 @@ pub fn run_verdict(exit: &Latency, rows: &[StageRow<'_>]) -> String {
     let Some(top) = ranked.first() else {
         return format!("{} exits took {} each on average.", exit.count, fmt_ns(exit.mean_ns));
     };
+    let top_summary = top.latency.summary();
     let mut text = format!(
         "{} holds {:.0}% of the exit time{}, {}",
         top.stage.name,
         top.share_of_exit * 100.0,
         occurrence(top.latency.hist.len(), exit.count),
-        cpu_phrase(top.latency.summary().off_cpu_share(), Some(top.latency.summary().runq_share()))
+        cpu_phrase(top_summary.off_cpu_share(), Some(top_summary.runq_share()))
     );
+    let blocks = top_summary.off_cpu_share() >= MOSTLY_OFF_CPU && top_summary.runq_share() < 0.5;
+    if blocks && let Some(where_) = blocked_in.first().filter(|b| !b.stack.is_empty()) {
+        text.push_str(&format!(
+            " The longest blocks are mostly in {} ({:.0}% of the blocked time).",
+            where_.describe(4),
+            where_.share * 100.0
+        ));
+    }
     if let Some(next) = ranked.get(1).filter(|r| r.share_of_exit >= WORTH_NAMING) {
         text.push_str(&format!(
             " Next: {} with {:.0}%{}.",
@@ -95,12 +105,21 @@ mod tests {
             StageRow { stage: &files, latency: &files_l, share_of_exit: 0.1 },
             StageRow { stage: &mm, latency: &mm_l, share_of_exit: 0.9 },
         ];
-        let v = run_verdict(&exit, &rows);
+        let blocked = [BlockedIn {
+            stack: vec!["rwsem_down_read_slowpath".into(), "down_read".into(), "exit_mm".into()],
+            exits: 2,
+            total_ns: 7_000,
+            share: 0.875,
+        }];
+        let v = run_verdict(&exit, &rows, &blocked);
         assert!(
             v.starts_with("exit_mm…exit_thread holds 90% of the exit time (in 20% of the exits)"),
             "{v}"
         );
         assert!(v.contains("off-CPU: tasks wait there"), "{v}");
-        assert!(v.ends_with("Next: exit_files with 10%."), "{v}");
+        assert!(
+            v.contains("mostly in rwsem_down_read_slowpath ← down_read ← exit_mm (88% of"),
+            "{v}"
+        );
     }
 }

@@ -93,7 +93,9 @@ impl SideDoc {
             lost: losses.exits(),
             losses,
             stages: if side.profiled { stage_docs(profile) } else { Vec::new() },
-            verdict: side.profiled.then(|| run_verdict(profile.exit(), &profile.rows())),
+            verdict: side
+                .profiled
+                .then(|| run_verdict(profile.exit(), &profile.rows(), &side.blocked_in())),
             deferred: side.session.deferred.report(),
         }
     }

@@ -42,6 +42,13 @@ pub struct SideRuns {
     pub profiled: bool,
 }
 
+impl SideRuns {
+    /// Where this side's exits blocked.
+    pub fn blocked_in(&self) -> Vec<crate::blocking::BlockedIn> {
+        self.session.blocking.report(run::BLOCKED_IN_SHOWN)
+    }
+}
+
 /// A finished comparison of one target.
 pub struct Comparison {
     pub on: SideRuns,

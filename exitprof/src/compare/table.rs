@@ -253,6 +253,8 @@ mod tests {
                 lost_hits: 0,
                 cpu: 0,
                 ipc_ns: 0,
+                longest_block_ns: 0,
+                block_stack: None,
                 hits: hits
                     .iter()
                     .map(|&(point, ts_ns)| PointHit { point, ts_ns, off_cpu_ns: 0, runq_ns: 0 })

@@ -130,6 +130,8 @@ pub(crate) mod tests {
                 lost_hits: 0,
                 cpu: 0,
                 ipc_ns: 0,
+                longest_block_ns: 0,
+                block_stack: None,
                 hits: hits
                     .map(|(point, ts_ns, off_cpu_ns)| PointHit {
                         point,
@@ -161,6 +163,7 @@ pub(crate) mod tests {
             started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000),
             profile,
             deferred: DeferredWork::new(true, true),
+            blocked_in: Vec::new(),
             losses: Losses::default(),
             interrupted: None,
             own_cost: OwnCost::now(),

@@ -4,6 +4,7 @@ use std::{
     collections::HashSet,
     fs,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use super::{btf::KernelBtf, kallsyms::Kallsyms, version::KernelVersion};
@@ -22,7 +23,8 @@ pub struct KernelFacts {
     /// `Err(why)` when fentry/fexit programs cannot be loaded.
     pub fentry: Result<(), String>,
     pub btf: Option<KernelBtf>,
-    pub kallsyms: Kallsyms,
+    /// Shared with the loaded probes, which name kernel stacks with it.
+    pub kallsyms: Arc<Kallsyms>,
     /// `available_filter_functions` when readable: the functions ftrace, hence fentry, can hook.
     pub ftrace_functions: Option<HashSet<String>>,
     /// Functions kprobes refuse.
@@ -49,7 +51,7 @@ impl KernelFacts {
             ))
         };
         let fentry = calibrate_fentry(btf.is_some());
-        let kallsyms = Kallsyms::load()?;
+        let kallsyms = Arc::new(Kallsyms::load()?);
         let ftrace_functions =
             read_lines(&tracefs.join("available_filter_functions")).map(|lines| {
                 lines.map(|l| l.split_whitespace().next().unwrap_or("").to_owned()).collect()

@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::{
+    blocking::BlockedIn,
     cli::{ForkParams, Storm, Target, ThreadsParams},
     deferred::DeferredReport,
     histogram::{Bucket, Latency},
@@ -52,6 +53,9 @@ pub struct RunDocument {
     pub stages: Vec<StageDoc>,
     /// Where the time went, in a sentence or two.
     pub verdict: String,
+    /// Where exits blocked: the kernel stacks of each exit's longest block, most blocked time
+    /// first.
+    pub blocked_in: Vec<BlockedIn>,
     /// Work the exits caused in other contexts, joined back to them.
     pub deferred: DeferredReport,
     pub probes: Vec<Planned>,
@@ -163,7 +167,7 @@ impl RunDocument {
     pub fn new(run: &RunOutcome) -> Self {
         let elapsed_s = run.elapsed.as_secs_f64();
         let recorded = run.profile.exits;
-        let verdict = run_verdict(run.profile.exit(), &run.profile.rows());
+        let verdict = run_verdict(run.profile.exit(), &run.profile.rows(), &run.blocked_in);
         let stages = stage_docs(&run.profile);
         let report = run.child.as_ref().and_then(|c| c.report.as_ref());
         let exit_rate = exit_rate(run.child.as_ref(), run.elapsed, recorded);
@@ -197,6 +201,7 @@ impl RunDocument {
             rate,
             stages,
             verdict,
+            blocked_in: run.blocked_in.clone(),
             deferred: run.deferred.report(),
             probes: run.plan.points.clone(),
             unavailable: run.plan.unavailable.clone(),

@@ -8,7 +8,7 @@ use super::{
     document::{RateDoc, RunDocument, WorkloadDoc},
     fmt_ns, fmt_rate,
 };
-use crate::{deferred::DeferredReport, histogram::Summary};
+use crate::{blocking::BlockedIn, deferred::DeferredReport, histogram::Summary};
 
 /// Renders a run for a person.
 pub fn render(doc: &RunDocument) -> String {
@@ -62,6 +62,7 @@ pub fn render(doc: &RunDocument) -> String {
     out.push_str(&stage_table(doc).to_string());
     out.push('\n');
     let _ = writeln!(out, "\nverdict: {}", doc.verdict);
+    out.push_str(&blocked_in_table(&doc.blocked_in));
     out.push_str(&deferred_table(&doc.deferred));
     out
 }
@@ -220,6 +221,27 @@ fn deferred_table(d: &DeferredReport) -> String {
         );
     }
     out
+}
+
+/// Where exits blocked: each exit's longest block, by kernel stack.
+fn blocked_in_table(blocked: &[BlockedIn]) -> String {
+    if blocked.is_empty() {
+        return String::new();
+    }
+    let mut table = Table::new();
+    table.load_preset(NOTHING).set_header(["blocked in", "exits", "mean", "of blocked time"]);
+    for b in blocked {
+        table.add_row([
+            b.describe(5),
+            b.exits.to_string(),
+            fmt_ns(b.total_ns as f64 / b.exits.max(1) as f64),
+            format!("{:.0}%", b.share * 100.0),
+        ]);
+    }
+    for column in table.column_iter_mut().skip(1) {
+        column.set_cell_alignment(CellAlignment::Right);
+    }
+    format!("\n{table}\n")
 }
 
 fn stage_table(doc: &RunDocument) -> Table {
