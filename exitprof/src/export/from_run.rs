@@ -155,6 +155,7 @@ pub(crate) mod tests {
             profile,
             deferred: DeferredWork::new(true, true),
             losses: Losses::default(),
+            kernel_cost: None,
             interrupted: None,
         }
     }
