@@ -159,6 +159,9 @@ impl Comparer {
         };
         let mut attached = self.attached.as_mut().or(own.as_mut());
         let before = attached.as_deref().map(Attached::kernel_losses).transpose()?;
+        // The side's session goes on from its last storm, which set where that storm ended:
+        // this storm's exits all start later.
+        runs.session.stop_ns = u64::MAX;
         let started: Started = run::start(
             Prepared::Workload(workload.clone()),
             target,
