@@ -159,9 +159,10 @@ impl Comparer {
         };
         let mut attached = self.attached.as_mut().or(own.as_mut());
         let before = attached.as_deref().map(Attached::kernel_losses).transpose()?;
-        // The side's session goes on from its last storm, which set where that storm ended:
-        // this storm's exits all start later.
+        // The side's session goes on from its last storm, whose end and whose drivers' pids
+        // (reused by new tasks once pids wrap around) say nothing about this one.
         runs.session.stop_ns = u64::MAX;
+        runs.session.exclusion.drivers.clear();
         let started: Started = run::start(
             Prepared::Workload(workload.clone()),
             target,
