@@ -3,6 +3,7 @@
 
 mod bench;
 mod command;
+mod measure;
 mod setup;
 mod test;
 mod vm;
