@@ -4,6 +4,7 @@
 mod bench;
 mod command;
 mod measure;
+mod overhead;
 mod setup;
 mod test;
 mod vm;
@@ -36,6 +37,10 @@ enum Task {
     /// Compares exitprof's storm drivers, without probes, with C programs of the seeds'
     /// semantics (interleaved runs, medians, ratios); writes target/bench-driver.json.
     BenchDriver(bench::BenchArgs),
+    /// Measures exitprof's own cost: its overhead on a storm and on programs unrelated to
+    /// exits, its eBPF programs' run time per exit, the highest exit rate it records without
+    /// loss, its CPU time and memory; compares each with its target; writes target/bench.json.
+    Bench(overhead::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +51,7 @@ fn main() -> ExitCode {
         Task::Test(args) => test::test(&args),
         Task::VmTest(args) => setup::setup().and_then(|()| vm::vm_test(&args)),
         Task::BenchDriver(args) => bench::bench_driver(&args),
+        Task::Bench(args) => overhead::bench(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
