@@ -133,6 +133,11 @@ pub struct RunArgs {
     /// Size of the kernel-to-userspace ring buffer for exit records (a power of two).
     #[arg(long, value_name = "BYTES", default_value_t = 16 << 20, value_parser = parse_ringbuf_size)]
     pub ringbuf_bytes: u32,
+    /// Have the kernel count each of exitprof's eBPF programs' runs and run time while the
+    /// target runs, and report them: exitprof's own cost in the kernel, per exit. The counting
+    /// itself adds a little to every program run.
+    #[arg(long)]
+    pub bpf_stats: bool,
 }
 
 /// Whose exits are profiled: exactly one of these (the threads storm when none is given).
@@ -333,6 +338,12 @@ impl Cli {
         if let Some((run, matches)) = checked {
             run.check_options(matches)
                 .map_err(|msg| command.error(ErrorKind::ArgumentConflict, msg))?;
+            if cli.command.is_some() && run.bpf_stats {
+                return Err(command.error(
+                    ErrorKind::ArgumentConflict,
+                    "--bpf-stats applies to a plain run, not to compare or sweep",
+                ));
+            }
         }
         Ok(cli)
     }
@@ -584,6 +595,20 @@ mod tests {
             let err = parse(args).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{args:?}");
             assert!(err.to_string().contains(flag), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn bpf_stats_is_for_plain_runs() {
+        assert!(parse(&["--bpf-stats", "--json"]).unwrap().run.bpf_stats);
+        assert!(!parse(&[]).unwrap().run.bpf_stats);
+        for args in [
+            &["compare", "--toggle", "probes", "--bpf-stats"][..],
+            &["sweep", "--toggle", "probes", "--stagger", "1,2", "--bpf-stats"],
+        ] {
+            let err = parse(args).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{args:?}");
+            assert!(err.to_string().contains("--bpf-stats"), "{args:?}: {err}");
         }
     }
 

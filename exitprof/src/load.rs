@@ -69,6 +69,35 @@ impl Probes {
     }
 }
 
+/// What the kernel measured of one attached program while BPF statistics were on.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ProgramCost {
+    pub program: String,
+    /// Times it ran.
+    pub runs: u64,
+    /// Time spent in it, in total (ns).
+    pub run_ns: u64,
+}
+
+impl Probes {
+    /// Runs and run time of every attached program (counted only while BPF statistics are
+    /// enabled, see [`aya::sys::enable_stats`]).
+    pub fn costs(&self) -> anyhow::Result<Vec<ProgramCost>> {
+        self.programs
+            .iter()
+            .map(|name| {
+                let program = self.ebpf.program(name).context("program vanished")?;
+                let info = program.info().with_context(|| format!("reading the info of {name}"))?;
+                Ok(ProgramCost {
+                    program: name.clone(),
+                    runs: info.run_count(),
+                    run_ns: info.run_time().as_nanos() as u64,
+                })
+            })
+            .collect()
+    }
+}
+
 /// Loads the object and attaches the plan's programs plus fork tracking.
 pub fn load_and_attach(
     plan: &Plan,

@@ -4,6 +4,7 @@
 use std::{
     collections::HashSet,
     future::Future,
+    os::fd::OwnedFd,
     pin::Pin,
     sync::Arc,
     time::{Duration, Instant, SystemTime},
@@ -20,7 +21,7 @@ use crate::{
     deferred::DeferredWork,
     export::{self, ExportTarget},
     kernel::{KernelFacts, kallsyms::Kallsyms, tracefs},
-    load::{self, LoadOptions, Probes},
+    load::{self, LoadOptions, Probes, ProgramCost},
     own_cost::OwnCost,
     pidfd::PidFd,
     plan::{AttachMode, Plan, Planned, Wants},
@@ -71,6 +72,8 @@ pub struct RunOutcome {
     /// Where exits blocked, most blocked time first.
     pub blocked_in: Vec<BlockedIn>,
     pub losses: Losses,
+    /// With --bpf-stats: each program's runs and run time while the target ran.
+    pub kernel_cost: Option<Vec<ProgramCost>>,
     /// The signal (SIGINT or SIGTERM) that cut a workload short, if one did.
     pub interrupted: Option<i32>,
     /// What exitprof itself used, up to the end of the run.
@@ -312,11 +315,13 @@ pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunO
         _ => None,
     };
     let mut progress = Progress::new(expected_exits, !args.json);
+    let cost_meter = args.bpf_stats.then(|| CostMeter::start(&attached.probes)).transpose()?;
     let started =
         start(prepared, &target, args.duration, args.json, Some(&mut attached.probes.ebpf))?;
     let collected =
         collect_until(started, Some(&mut attached), &mut session, &mut signals, &mut progress)
             .await?;
+    let kernel_cost = cost_meter.map(|meter| meter.stop(&attached.probes)).transpose()?;
     let (kernel, probe_misses) = attached.kernel_losses()?;
     attached.detach();
 
@@ -346,9 +351,43 @@ pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunO
         deferred,
         blocked_in,
         losses,
+        kernel_cost,
         interrupted,
         own_cost: OwnCost::now(),
     })
+}
+
+/// The kernel counting the runs and run time of exitprof's programs (--bpf-stats), from
+/// [`CostMeter::start`] to [`CostMeter::stop`].
+struct CostMeter {
+    /// Keeps BPF run-time statistics on while open; closing it, even by exitprof dying, turns
+    /// them back off unless something else holds them on.
+    _stats: OwnedFd,
+    /// Each program's counts when the meter started (zero unless statistics were already on).
+    start: Vec<ProgramCost>,
+}
+
+impl CostMeter {
+    fn start(probes: &Probes) -> anyhow::Result<Self> {
+        let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+            .context("enabling BPF run-time statistics (BPF_ENABLE_STATS, Linux 5.8+)")?;
+        let start = probes.costs()?;
+        Ok(Self { _stats: stats, start })
+    }
+
+    /// Each program's runs and run time since the start.
+    fn stop(self, probes: &Probes) -> anyhow::Result<Vec<ProgramCost>> {
+        let now = probes.costs()?;
+        Ok(now
+            .into_iter()
+            .zip(&self.start)
+            .map(|(now, start)| ProgramCost {
+                runs: now.runs.saturating_sub(start.runs),
+                run_ns: now.run_ns.saturating_sub(start.run_ns),
+                program: now.program,
+            })
+            .collect())
+    }
 }
 
 /// What collecting a target's records found.

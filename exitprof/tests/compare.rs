@@ -1,5 +1,5 @@
-//! `compare` and `sweep` on the running kernel: both sides measured and profiled, the stage
-//! deltas adding up to the exit's, the sweep's rows.
+//! `compare` and `sweep` on the running kernel: both sides measured and profiled, every run of
+//! each side recorded, the stage deltas adding up to the exit's, the sweep's rows.
 
 mod support;
 
@@ -81,4 +81,33 @@ fn sweep_has_a_row_per_exit_rate() {
         assert!(rate > 0.0, "row {}: exit rate {rate}", row["stagger_us"]);
         assert_eq!(row["table"].as_array().map(Vec::len), Some(3), "{row}");
     }
+}
+
+#[test]
+fn every_run_of_the_probed_side_is_recorded() {
+    require_root();
+    let (runs, exits_per_run) = (3, 40.0);
+    let doc = run_json(&[
+        "compare",
+        "--toggle",
+        "probes",
+        "--runs",
+        "3",
+        "--threads",
+        "20",
+        "--reps",
+        "2",
+        "--stagger-us",
+        "0",
+    ]);
+    let on = &doc["on"];
+    assert_eq!(on["runs"].as_array().map(Vec::len), Some(runs), "{}", on["runs"]);
+    assert_eq!(
+        num(on, "exits_recorded"),
+        runs as f64 * exits_per_run,
+        "{runs} runs of {exits_per_run} exits; lost {}",
+        on["losses"]
+    );
+    assert_eq!(num(on, "lost"), 0.0, "{}", on["losses"]);
+    assert_eq!(num(&on["stages"][0], "count"), runs as f64 * exits_per_run, "the exit's histogram");
 }

@@ -6,19 +6,14 @@
 //! reap, user and sys from `wait4`. Runs alternate (reference, driver, reference, ...) so that
 //! the machine's noise falls on both; the table shows medians and the driver/reference ratios.
 
-use std::{
-    fmt::Write as _,
-    fs,
-    path::{Path, PathBuf},
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::{fmt::Write as _, fs, path::Path, process::Command};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use clap::Args;
 
 use crate::{
-    command::{cargo, run, workspace_root},
+    command::{cargo, workspace_root},
+    measure::{Usage, compile_c, measure},
     setup,
 };
 
@@ -36,25 +31,14 @@ struct Case {
     driver: Vec<String>,
 }
 
-/// Medians of one side of a case.
-#[derive(Clone, Copy, Default)]
-struct Medians {
-    elapsed: f64,
-    user: f64,
-    sys: f64,
-}
-
-/// One run: elapsed, user, sys in seconds.
-type Sample = [f64; 3];
-
 pub fn bench_driver(args: &BenchArgs) -> anyhow::Result<()> {
     setup::setup()?;
     cargo(&["build", "--release", "--locked", "--package", "exitprof"])?;
     let root = workspace_root();
     let out_dir = root.join("target/bench");
     fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let threads_ref = compile(&root.join("xtask/bench/threads_ref.c"), &out_dir)?;
-    let forks_ref = compile(&root.join("xtask/bench/forks_ref.c"), &out_dir)?;
+    let threads_ref = compile_c(&root.join("xtask/bench/threads_ref.c"), &out_dir)?;
+    let forks_ref = compile_c(&root.join("xtask/bench/forks_ref.c"), &out_dir)?;
     let exitprof = root.join("target/release/exitprof");
 
     let program = |p: &Path, args: &[&str]| {
@@ -92,14 +76,14 @@ pub fn bench_driver(args: &BenchArgs) -> anyhow::Result<()> {
     for case in &cases {
         eprintln!("bench-driver: {} ({} runs each, alternating)", case.name, args.runs);
         // One unmeasured run each: page cache, stack caches.
-        measure(&case.reference)?;
-        measure(&case.driver)?;
+        run_argv(&case.reference)?;
+        run_argv(&case.driver)?;
         let (mut reference, mut driver) = (Vec::new(), Vec::new());
         for _ in 0..args.runs {
-            reference.push(measure(&case.reference)?);
-            driver.push(measure(&case.driver)?);
+            reference.push(run_argv(&case.reference)?);
+            driver.push(run_argv(&case.driver)?);
         }
-        rows.push((case, medians(&reference), medians(&driver)));
+        rows.push((case, Usage::medians(&reference), Usage::medians(&driver)));
     }
 
     print!("{}", table(&rows, args.runs));
@@ -125,46 +109,9 @@ pub fn bench_driver(args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Compiles a reference program into `out_dir` with `cc -O2 -pthread`.
-fn compile(source: &Path, out_dir: &Path) -> anyhow::Result<PathBuf> {
-    let stem = source.file_stem().context("a source file name")?;
-    let binary = out_dir.join(stem);
-    run(Command::new("cc").args(["-O2", "-pthread", "-o"]).arg(&binary).arg(source))
-        .with_context(|| format!("compiling {} (is a C compiler installed?)", source.display()))?;
-    Ok(binary)
-}
-
-/// Runs `argv` to completion; elapsed from spawn to reap, user and sys from wait4.
-fn measure(argv: &[String]) -> anyhow::Result<Sample> {
-    let started = Instant::now();
-    let child = Command::new(&argv[0])
-        .args(&argv[1..])
-        .spawn()
-        .with_context(|| format!("starting {}", argv[0]))?;
-    let mut status = 0;
-    // SAFETY: rusage is plain data, filled in by the kernel.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointers to locals; the pid is our own unreaped child.
-    if unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) } < 0 {
-        return Err(std::io::Error::last_os_error()).context("wait4");
-    }
-    let elapsed = started.elapsed();
-    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-        bail!("{} failed: wait status {status:#x}", argv.join(" "));
-    }
-    let secs =
-        |tv: libc::timeval| Duration::new(tv.tv_sec as u64, tv.tv_usec as u32 * 1000).as_secs_f64();
-    Ok([elapsed.as_secs_f64(), secs(usage.ru_utime), secs(usage.ru_stime)])
-}
-
-fn medians(samples: &[Sample]) -> Medians {
-    let median = |i: usize| {
-        let mut v: Vec<f64> = samples.iter().map(|s| s[i]).collect();
-        v.sort_by(f64::total_cmp);
-        let mid = v.len() / 2;
-        if v.len().is_multiple_of(2) { (v[mid - 1] + v[mid]) / 2.0 } else { v[mid] }
-    };
-    Medians { elapsed: median(0), user: median(1), sys: median(2) }
+/// Runs `argv` to completion, measured.
+fn run_argv(argv: &[String]) -> anyhow::Result<Usage> {
+    measure(Command::new(&argv[0]).args(&argv[1..]))
 }
 
 /// `a / b`, or NaN when the reference used no measurable time (rusage ticks are coarse).
@@ -172,7 +119,7 @@ fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 { a / b } else { f64::NAN }
 }
 
-fn table(rows: &[(&Case, Medians, Medians)], runs: u32) -> String {
+fn table(rows: &[(&Case, Usage, Usage)], runs: u32) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,

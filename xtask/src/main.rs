@@ -4,6 +4,8 @@
 mod bench;
 mod bench_scale;
 mod command;
+mod measure;
+mod overhead;
 mod setup;
 mod test;
 mod vm;
@@ -40,6 +42,10 @@ enum Task {
     /// and peak memory against the storm's; fails if its memory grows with the exits. Writes
     /// target/bench-scale.json.
     BenchScale(bench_scale::ScaleArgs),
+    /// Measures exitprof's own cost: its overhead on a storm and on programs unrelated to
+    /// exits, its eBPF programs' run time per exit, the highest exit rate it records without
+    /// loss, its CPU time and memory; compares each with its target; writes target/bench.json.
+    Bench(overhead::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +57,7 @@ fn main() -> ExitCode {
         Task::VmTest(args) => setup::setup().and_then(|()| vm::vm_test(&args)),
         Task::BenchDriver(args) => bench::bench_driver(&args),
         Task::BenchScale(args) => bench_scale::bench_scale(&args),
+        Task::Bench(args) => overhead::bench(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -165,6 +165,7 @@ pub(crate) mod tests {
             deferred: DeferredWork::new(true, true),
             blocked_in: Vec::new(),
             losses: Losses::default(),
+            kernel_cost: None,
             interrupted: None,
             own_cost: OwnCost::now(),
         }

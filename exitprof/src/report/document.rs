@@ -9,6 +9,7 @@ use crate::{
     cli::{ForkParams, Storm, Target, ThreadsParams},
     deferred::DeferredReport,
     histogram::{Bucket, Latency},
+    load::ProgramCost,
     own_cost::OwnCost,
     plan::{AttachMode, Planned, Unplanned},
     profile::Profile,
@@ -58,6 +59,8 @@ pub struct RunDocument {
     pub blocked_in: Vec<BlockedIn>,
     /// Work the exits caused in other contexts, joined back to them.
     pub deferred: DeferredReport,
+    /// With --bpf-stats: what exitprof's programs cost in the kernel while the target ran.
+    pub kernel_cost: Option<KernelCostDoc>,
     pub probes: Vec<Planned>,
     pub unavailable: Vec<Unplanned>,
     /// exitprof's own CPU time and peak memory, its workload children left out.
@@ -135,6 +138,54 @@ impl StageDoc {
     }
 }
 
+/// exitprof's programs, as the kernel's BPF run-time statistics counted them.
+#[derive(Debug, Serialize)]
+pub struct KernelCostDoc {
+    /// Every attached program, costliest first.
+    pub programs: Vec<ProgramCostDoc>,
+    /// All programs together: runs and time spent in them (ns).
+    pub runs: u64,
+    pub run_ns: u64,
+    /// `run_ns` over the exits recorded (`null` without exits): what each recorded exit cost in
+    /// the kernel, the runs on other tasks' events included.
+    pub ns_per_exit: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProgramCostDoc {
+    pub program: String,
+    pub runs: u64,
+    pub run_ns: u64,
+    /// `null` when it never ran.
+    pub ns_per_run: Option<f64>,
+    /// `run_ns` over the exits recorded (`null` without exits).
+    pub ns_per_exit: Option<f64>,
+}
+
+impl KernelCostDoc {
+    pub fn new(costs: &[ProgramCost], exits: u64) -> Self {
+        let per = |ns: u64, n: u64| (n > 0).then(|| ns as f64 / n as f64);
+        let mut programs: Vec<ProgramCostDoc> = costs
+            .iter()
+            .map(|c| ProgramCostDoc {
+                program: c.program.clone(),
+                runs: c.runs,
+                run_ns: c.run_ns,
+                ns_per_run: per(c.run_ns, c.runs),
+                ns_per_exit: per(c.run_ns, exits),
+            })
+            .collect();
+        programs.sort_by_key(|p| std::cmp::Reverse(p.run_ns));
+        let run_ns = costs.iter().map(|c| c.run_ns).sum();
+        Self {
+            programs,
+            runs: costs.iter().map(|c| c.runs).sum(),
+            run_ns,
+            ns_per_exit: per(run_ns, exits),
+        }
+    }
+}
+
 /// The stage table of a profile: the whole exit first (named `exit`), then each stage in kernel
 /// order.
 pub fn stage_docs(profile: &Profile) -> Vec<StageDoc> {
@@ -203,6 +254,7 @@ impl RunDocument {
             verdict,
             blocked_in: run.blocked_in.clone(),
             deferred: run.deferred.report(),
+            kernel_cost: run.kernel_cost.as_deref().map(|c| KernelCostDoc::new(c, recorded)),
             probes: run.plan.points.clone(),
             unavailable: run.plan.unavailable.clone(),
             exitprof: run.own_cost,
@@ -223,5 +275,29 @@ impl WorkloadDoc {
             Target::Comm(comm) => Self::Comm { comm: comm.clone(), duration_s },
             Target::All => Self::All { duration_s },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_cost_is_per_run_and_per_exit_costliest_first() {
+        let cost =
+            |program: &str, runs, run_ns| ProgramCost { program: program.to_owned(), runs, run_ns };
+        let costs = [
+            cost("task_newtask", 0, 0),
+            cost("sched_switch", 400, 60_000),
+            cost("exit", 200, 90_000),
+        ];
+        let doc = KernelCostDoc::new(&costs, 100);
+        let order: Vec<&str> = doc.programs.iter().map(|p| p.program.as_str()).collect();
+        assert_eq!(order, ["exit", "sched_switch", "task_newtask"]);
+        assert_eq!((doc.runs, doc.run_ns, doc.ns_per_exit), (600, 150_000, Some(1_500.0)));
+        let switch = &doc.programs[1];
+        assert_eq!((switch.ns_per_run, switch.ns_per_exit), (Some(150.0), Some(600.0)));
+        assert_eq!(doc.programs[2].ns_per_run, None);
+        assert_eq!(KernelCostDoc::new(&costs, 0).ns_per_exit, None);
     }
 }

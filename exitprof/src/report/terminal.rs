@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use comfy_table::{CellAlignment, Table, presets::NOTHING};
 
 use super::{
-    document::{RateDoc, RunDocument, WorkloadDoc},
+    document::{KernelCostDoc, RateDoc, RunDocument, WorkloadDoc},
     fmt_ns, fmt_rate,
 };
 use crate::{blocking::BlockedIn, deferred::DeferredReport, histogram::Summary};
@@ -64,7 +64,36 @@ pub fn render(doc: &RunDocument) -> String {
     let _ = writeln!(out, "\nverdict: {}", doc.verdict);
     out.push_str(&blocked_in_table(&doc.blocked_in));
     out.push_str(&deferred_table(&doc.deferred));
+    if let Some(cost) = &doc.kernel_cost {
+        out.push_str(&kernel_cost_table(cost));
+    }
     out
+}
+
+/// exitprof's own cost in the kernel (--bpf-stats).
+fn kernel_cost_table(cost: &KernelCostDoc) -> String {
+    let per_exit = |ns: Option<f64>| ns.map_or_else(|| "-".to_owned(), fmt_ns);
+    let mut table = Table::new();
+    table.load_preset(NOTHING);
+    table.set_header(["eBPF program", "runs", "per run", "per exit"]);
+    for p in &cost.programs {
+        table.add_row([
+            p.program.clone(),
+            p.runs.to_string(),
+            per_exit(p.ns_per_run),
+            per_exit(p.ns_per_exit),
+        ]);
+    }
+    for column in table.column_iter_mut().skip(1) {
+        column.set_cell_alignment(CellAlignment::Right);
+    }
+    format!(
+        "\nexitprof in the kernel (BPF run-time statistics): {} per exit recorded, {} runs, {} \
+         in all\n{table}\n",
+        per_exit(cost.ns_per_exit),
+        cost.runs,
+        fmt_ns(cost.run_ns as f64)
+    )
 }
 
 fn heading(w: &WorkloadDoc) -> &'static str {

@@ -1,0 +1,53 @@
+//! `--bpf-stats`: the kernel's own count of exitprof's program runs and run time during a storm.
+
+mod support;
+
+use serde_json::Value;
+use support::{num, require_root, run_json};
+
+/// The runs of `program` in the `kernel_cost` section.
+fn runs_of(cost: &Value, program: &str) -> f64 {
+    let programs = cost["programs"].as_array().expect("kernel_cost.programs is a list");
+    let p = programs
+        .iter()
+        .find(|p| p["program"] == program)
+        .unwrap_or_else(|| panic!("no program {program} in {cost}"));
+    num(p, "runs")
+}
+
+#[test]
+fn bpf_stats_count_the_programs_every_exit_runs() {
+    require_root();
+    let exits = 40.0;
+    let doc = run_json(&["--bpf-stats", "--threads", "20", "--reps", "2", "--stagger-us", "0"]);
+    assert_eq!(num(&doc, "exits_recorded"), exits, "losses: {}", doc["losses"]);
+    let cost = &doc["kernel_cost"];
+    // The tracepoints fire for every task on the machine; the storm's exits are among them.
+    for program in ["sys_enter_exit", "sched_process_exit", "sched_switch"] {
+        let runs = runs_of(cost, program);
+        assert!(runs >= exits, "{program} ran {runs} times for {exits} thread exits: {cost}");
+    }
+    let programs = cost["programs"].as_array().unwrap();
+    let sum = |key: &str| programs.iter().map(|p| num(p, key)).sum::<f64>();
+    assert_eq!(sum("runs"), num(cost, "runs"), "{cost}");
+    assert_eq!(sum("run_ns"), num(cost, "run_ns"), "{cost}");
+    let run_ns = num(cost, "run_ns");
+    assert!(run_ns > 0.0, "the programs ran for no time at all? {cost}");
+    let per_exit = num(cost, "ns_per_exit");
+    assert!(
+        (per_exit - run_ns / exits).abs() < 1e-6 * per_exit,
+        "ns_per_exit {per_exit}, run_ns / exits = {}",
+        run_ns / exits
+    );
+}
+
+#[test]
+fn without_bpf_stats_there_is_no_kernel_cost() {
+    require_root();
+    let doc = run_json(&["--threads", "4", "--reps", "1"]);
+    assert!(
+        doc["kernel_cost"].is_null(),
+        "kernel_cost without --bpf-stats: {}",
+        doc["kernel_cost"]
+    );
+}

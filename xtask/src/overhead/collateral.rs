@@ -1,0 +1,149 @@
+//! exitprof's overhead on work that has nothing to do with exits: programs that never exit
+//! mid-run, timed with exitprof attached to another target and without it, interleaved.
+//!
+//! Attached, exitprof's programs still run on events of the whole machine: `sched_switch` on
+//! every context switch, and its system-call tracepoints (`sys_enter_exit`, `sys_exit_wait4`)
+//! make every system call of every task take the kernel's slow path, even calls no program
+//! is attached to. Two C programs show each at full scale: a pipe ping-pong pinned to one CPU
+//! (two context switches and four system calls per round trip) and a loop of `getppid`.
+
+use std::{path::Path, process::Command};
+
+use serde::Serialize;
+
+use super::exitprof::{Exitprof, KernelCost};
+use crate::measure::{Usage, compile_c, measure};
+
+/// Round trips of the ping-pong.
+const PINGPONG_TRIPS: u64 = 200_000;
+/// The CPU both ping-pong processes are pinned to.
+const PINGPONG_CPU: u32 = 0;
+/// System calls of the getppid loop.
+const SYSCALLS: u64 = 5_000_000;
+
+/// A program unrelated to exits.
+struct Workload {
+    name: String,
+    argv: Vec<String>,
+    /// Events of one kind the program makes, to put the overhead per event.
+    events: u64,
+    event: &'static str,
+}
+
+impl Workload {
+    fn run(&self) -> anyhow::Result<Usage> {
+        measure(Command::new(&self.argv[0]).args(&self.argv[1..]))
+    }
+}
+
+/// What such a program cost without exitprof and with it.
+#[derive(Debug, Serialize)]
+pub struct Collateral {
+    pub workload: String,
+    pub runs_per_side: usize,
+    /// Medians, seconds.
+    pub without: Usage,
+    pub with: Usage,
+    /// with / without.
+    pub ratio: Usage,
+    /// What exitprof added to each event (ns of elapsed time, from the medians).
+    pub added_ns_per_event: f64,
+    pub event: &'static str,
+}
+
+/// Everything the collateral benchmark found.
+#[derive(Debug, Serialize)]
+pub struct CollateralReport {
+    pub attached_to: &'static str,
+    pub workloads: Vec<Collateral>,
+    /// `sched_switch` when nothing exits: what the kernel's BPF statistics counted during one
+    /// more ping-pong, in ns per run.
+    pub idle_sched_switch_ns_per_run: Option<f64>,
+}
+
+/// Compiles the programs into `out_dir`.
+fn workloads(root: &Path, out_dir: &Path) -> anyhow::Result<Vec<Workload>> {
+    let pingpong = compile_c(&root.join("xtask/bench/pingpong.c"), out_dir)?;
+    let syscalls = compile_c(&root.join("xtask/bench/syscalls.c"), out_dir)?;
+    Ok(vec![
+        Workload {
+            name: format!("pipe ping-pong, {PINGPONG_TRIPS} round trips on one CPU"),
+            argv: vec![
+                pingpong.display().to_string(),
+                PINGPONG_TRIPS.to_string(),
+                PINGPONG_CPU.to_string(),
+            ],
+            events: 2 * PINGPONG_TRIPS,
+            event: "context switch",
+        },
+        Workload {
+            name: format!("getppid x {SYSCALLS}"),
+            argv: vec![syscalls.display().to_string(), SYSCALLS.to_string()],
+            events: SYSCALLS,
+            event: "system call",
+        },
+    ])
+}
+
+pub fn measure_all(
+    exitprof: &Exitprof,
+    root: &Path,
+    out_dir: &Path,
+    runs: u32,
+) -> anyhow::Result<CollateralReport> {
+    let workloads = workloads(root, out_dir)?;
+    eprintln!(
+        "bench: collateral overhead, exitprof watching tasks that do not exist ({runs} runs per \
+         side, interleaved)"
+    );
+    let mut with = vec![Vec::new(); workloads.len()];
+    let mut without = vec![Vec::new(); workloads.len()];
+    for round in 0..runs {
+        // with/without in even rounds, without/with in odd ones.
+        for attached in [round % 2 == 0, round % 2 != 0] {
+            let watching = attached.then(|| exitprof.attach_elsewhere(&[])).transpose()?;
+            let side = if attached { &mut with } else { &mut without };
+            for (w, samples) in workloads.iter().zip(side.iter_mut()) {
+                samples.push(w.run()?);
+            }
+            if let Some(watching) = watching {
+                watching.stop()?;
+            }
+        }
+    }
+    let results = workloads
+        .iter()
+        .zip(with.iter().zip(&without))
+        .map(|(w, (with, without))| {
+            let (with, without) = (Usage::medians(with), Usage::medians(without));
+            Collateral {
+                workload: w.name.clone(),
+                runs_per_side: runs as usize,
+                without,
+                with,
+                ratio: with.ratio_to(without),
+                added_ns_per_event: (with.elapsed - without.elapsed) * 1e9 / w.events as f64,
+                event: w.event,
+            }
+        })
+        .collect();
+    Ok(CollateralReport {
+        attached_to: "--comm no-such-task",
+        workloads: results,
+        idle_sched_switch_ns_per_run: idle_sched_switch(exitprof, &workloads[0])?,
+    })
+}
+
+/// `sched_switch`'s ns per run while the ping-pong switches and nothing exits.
+fn idle_sched_switch(exitprof: &Exitprof, pingpong: &Workload) -> anyhow::Result<Option<f64>> {
+    let watching = exitprof.attach_elsewhere(&["--bpf-stats"])?;
+    pingpong.run()?;
+    let doc = watching.stop()?;
+    Ok(doc.kernel_cost.as_ref().and_then(|cost| ns_per_run(cost, "sched_switch")))
+}
+
+/// A program's ns per run, when it ran.
+pub fn ns_per_run(cost: &KernelCost, program: &str) -> Option<f64> {
+    let p = cost.programs.iter().find(|p| p.program == program)?;
+    (p.runs > 0).then(|| p.run_ns as f64 / p.runs as f64)
+}

@@ -1,0 +1,361 @@
+//! The benchmark's table, its targets, and `target/bench.json`.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::{
+    capacity::Capacity,
+    collateral::CollateralReport,
+    cost::{Costs, KernelCostReport, ProcessCost},
+    storm::StormOverhead,
+    wakeups::WakeupCost,
+};
+
+/// Storm elapsed time with exitprof attached, at most this much above without.
+const STORM_OVERHEAD: f64 = 0.03;
+/// Programs unrelated to exits, at most this much slower with exitprof attached elsewhere.
+const COLLATERAL_OVERHEAD: f64 = 0.01;
+/// All eBPF programs together, per exit recorded.
+const KERNEL_NS_PER_EXIT: f64 = 500.0;
+/// exitprof's process collecting a storm, as a share of the storm's own CPU time.
+const COLLECTING_SHARE: f64 = 0.05;
+
+/// Everything `cargo xtask bench` measured (`target/bench.json`).
+#[derive(Debug, Serialize)]
+pub struct BenchReport {
+    pub kernel: String,
+    pub cpus: usize,
+    /// Runs per side, rounds of profiled runs.
+    pub runs: u32,
+    pub storm: StormOverhead,
+    pub collateral: CollateralReport,
+    pub kernel_cost: KernelCostReport,
+    pub ring_buffer_wakeups: WakeupCost,
+    pub exitprof_process: ProcessCost,
+    pub capacity: Capacity,
+    pub targets: Vec<Verdict>,
+}
+
+/// One figure against its target.
+#[derive(Debug, Serialize)]
+pub struct Verdict {
+    pub quantity: String,
+    pub value: f64,
+    /// The highest value that meets the target.
+    pub limit: f64,
+    pub met: bool,
+    /// Both, as the table shows them.
+    pub measured: String,
+    pub target: String,
+}
+
+impl Verdict {
+    fn at_most(quantity: String, value: f64, limit: f64, show: impl Fn(f64) -> String) -> Self {
+        Self {
+            quantity,
+            value,
+            limit,
+            // NaN (nothing measured) misses.
+            met: value <= limit,
+            measured: show(value),
+            target: format!("<= {}", show(limit)),
+        }
+    }
+}
+
+impl BenchReport {
+    pub fn new(
+        runs: u32,
+        storm: StormOverhead,
+        collateral: CollateralReport,
+        costs: Costs,
+        wakeups: WakeupCost,
+        capacity: Capacity,
+    ) -> Self {
+        let Costs { kernel: kernel_cost, process, kernel_release } = costs;
+        let percent = |v: f64| format!("{:+.1}%", v * 100.0);
+        let mut targets = vec![Verdict::at_most(
+            format!("storm elapsed overhead ({})", storm.storm),
+            storm.ratio.elapsed - 1.0,
+            STORM_OVERHEAD,
+            percent,
+        )];
+        for c in &collateral.workloads {
+            targets.push(Verdict::at_most(
+                format!("collateral overhead: {}", c.workload),
+                c.ratio.elapsed - 1.0,
+                COLLATERAL_OVERHEAD,
+                percent,
+            ));
+        }
+        targets.push(Verdict::at_most(
+            "in-kernel cost per exit recorded".to_owned(),
+            kernel_cost.ns_per_exit,
+            KERNEL_NS_PER_EXIT,
+            fmt_ns,
+        ));
+        let lost = capacity.lost + process.lost + storm.lost + wakeups.lost;
+        targets.push(Verdict {
+            quantity: "exits lost, storms at full speed".to_owned(),
+            value: lost as f64,
+            limit: 0.0,
+            met: lost == 0,
+            measured: format!(
+                "{lost} (to {} exits/s)",
+                fmt_rate(capacity.max_rate_without_loss.max(storm.exit_rate_with))
+            ),
+            target: "0".to_owned(),
+        });
+        targets.push(Verdict::at_most(
+            "exitprof CPU collecting / the storm's CPU".to_owned(),
+            process.collecting_share,
+            COLLECTING_SHARE,
+            |v| format!("{:.1}%", v * 100.0),
+        ));
+        Self {
+            kernel: kernel_release,
+            cpus: std::thread::available_parallelism().map_or(0, usize::from),
+            runs,
+            storm,
+            collateral,
+            kernel_cost,
+            ring_buffer_wakeups: wakeups,
+            exitprof_process: process,
+            capacity,
+            targets,
+        }
+    }
+
+    /// The table for a person.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "\nexitprof's own cost on Linux {}, {} CPUs; medians of {} interleaved runs\n",
+            self.kernel, self.cpus, self.runs
+        );
+        self.render_storm(&mut out);
+        self.render_collateral(&mut out);
+        render_kernel_cost(&mut out, &self.kernel_cost, &self.ring_buffer_wakeups);
+        render_process(&mut out, &self.exitprof_process);
+        render_capacity(&mut out, &self.capacity);
+        let _ = writeln!(out, "targets");
+        let width = self.targets.iter().map(|t| t.quantity.chars().count()).max().unwrap_or(0);
+        let _ = writeln!(out, "  {:<width$}  {:>22}  {:>11}", "quantity", "measured", "target");
+        for t in &self.targets {
+            let verdict = if t.met { "MET" } else { "MISSED" };
+            let _ = writeln!(
+                out,
+                "  {:<width$}  {:>22}  {:>11}  {verdict}",
+                t.quantity, t.measured, t.target
+            );
+        }
+        out
+    }
+
+    fn render_storm(&self, out: &mut String) {
+        let s = &self.storm;
+        let _ = writeln!(
+            out,
+            "storm overhead: {}, exitprof attached or not (exitprof compare --toggle probes)",
+            s.storm
+        );
+        let _ = writeln!(out, "  {:<12} {:>10} {:>10} {:>8}", "", "without", "with", "ratio");
+        for (name, without, with, ratio) in [
+            ("elapsed", s.without.elapsed, s.with.elapsed, s.ratio.elapsed),
+            ("user", s.without.user, s.with.user, s.ratio.user),
+            ("sys", s.without.sys, s.with.sys, s.ratio.sys),
+        ] {
+            let _ = writeln!(
+                out,
+                "  {name:<12} {:>10} {:>10} {ratio:>8.3}",
+                fmt_s(without),
+                fmt_s(with)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  {:<12} {:>10} {:>10}",
+            "exits/s",
+            fmt_rate(s.exit_rate_without),
+            fmt_rate(s.exit_rate_with)
+        );
+        let _ = writeln!(
+            out,
+            "  exits recorded {} of {}, lost {}\n",
+            s.exits_recorded, s.exits_expected, s.lost
+        );
+    }
+
+    fn render_collateral(&self, out: &mut String) {
+        let c = &self.collateral;
+        let _ = writeln!(
+            out,
+            "collateral overhead: programs unrelated to exits, exitprof attached elsewhere ({})",
+            c.attached_to
+        );
+        let _ = writeln!(
+            out,
+            "  {:<46} {:>10} {:>10} {:>8}   exitprof added",
+            "workload", "without", "with", "ratio"
+        );
+        for w in &c.workloads {
+            let _ = writeln!(
+                out,
+                "  {:<46} {:>10} {:>10} {:>8.3}   {:+.0} ns per {}",
+                w.workload,
+                fmt_s(w.without.elapsed),
+                fmt_s(w.with.elapsed),
+                w.ratio.elapsed,
+                w.added_ns_per_event,
+                w.event
+            );
+            let _ = writeln!(
+                out,
+                "  {:<46} {:>10} {:>10} {:>8.3}",
+                "  its sys time",
+                fmt_s(w.without.sys),
+                fmt_s(w.with.sys),
+                w.ratio.sys
+            );
+        }
+        if let Some(ns) = c.idle_sched_switch_ns_per_run {
+            let _ = writeln!(
+                out,
+                "  sched_switch program while nothing exits: {} per run (BPF statistics)",
+                fmt_ns(ns)
+            );
+        }
+        out.push('\n');
+    }
+}
+
+fn render_kernel_cost(out: &mut String, k: &KernelCostReport, w: &WakeupCost) {
+    let _ = writeln!(out, "in-kernel cost: BPF run-time statistics during {}", k.storm);
+    let _ = writeln!(
+        out,
+        "  {:<28} {:>10} {:>10} {:>10}",
+        "eBPF program", "runs/exit", "per run", "per exit"
+    );
+    for p in &k.programs {
+        let _ = writeln!(
+            out,
+            "  {:<28} {:>10.2} {:>10} {:>10}",
+            p.program,
+            p.runs_per_exit,
+            fmt_ns(p.ns_per_run),
+            fmt_ns(p.ns_per_exit)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  {:<28} {:>10} {:>10} {:>10}",
+        "all programs",
+        "",
+        "",
+        fmt_ns(k.ns_per_exit)
+    );
+    let _ = writeln!(
+        out,
+        "  ring-buffer wakeups ({} watched by name): {} per exit with exitprof reading, {} with \
+         it suspended\n  (sched_switch, which sends the records: {} against {})\n",
+        w.storm,
+        fmt_ns(w.ns_per_exit_reading),
+        fmt_ns(w.ns_per_exit_suspended),
+        fmt_ns(w.sched_switch_ns_per_exit_reading),
+        fmt_ns(w.sched_switch_ns_per_exit_suspended)
+    );
+}
+
+fn render_process(out: &mut String, p: &ProcessCost) {
+    let _ = writeln!(
+        out,
+        "exitprof's process during {} (wait4 of exitprof less its storm's own CPU)",
+        p.storm
+    );
+    let _ = writeln!(
+        out,
+        "  {:<20} {:>10}   load, verify, attach, collect, detach, report",
+        "CPU, whole run",
+        fmt_s(p.cpu_whole_run_s)
+    );
+    let _ = writeln!(
+        out,
+        "  {:<20} {:>10}   the same for a storm of 1 exit: the fixed part",
+        "CPU, fixed",
+        fmt_s(p.cpu_fixed_s)
+    );
+    let _ = writeln!(
+        out,
+        "  {:<20} {:>10}   {:.1}% of the storm's own {}",
+        "CPU, collecting",
+        fmt_s(p.cpu_collecting_s),
+        p.collecting_share * 100.0,
+        fmt_s(p.storm_cpu_s)
+    );
+    let _ = writeln!(
+        out,
+        "  {:<20} {:>10}   {} for a storm of 1 exit\n",
+        "peak RSS",
+        fmt_kib(p.peak_rss_kib),
+        fmt_kib(p.peak_rss_fixed_kib)
+    );
+}
+
+fn render_capacity(out: &mut String, c: &Capacity) {
+    let _ = writeln!(out, "exit rate without loss: storms at full speed, the default ring buffer");
+    let _ = writeln!(out, "  {:<28} {:>10} {:>10} {:>6}", "storm", "exits", "exits/s", "lost");
+    for s in &c.steps {
+        let _ = writeln!(
+            out,
+            "  {:<28} {:>10} {:>10} {:>6}",
+            s.storm,
+            s.exits_recorded,
+            fmt_rate(s.exit_rate),
+            s.lost
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  highest rate without loss: {} exits/s\n",
+        fmt_rate(c.max_rate_without_loss)
+    );
+}
+
+fn fmt_s(s: f64) -> String {
+    format!("{s:.3} s")
+}
+
+fn fmt_ns(ns: f64) -> String {
+    if ns.is_nan() {
+        "-".to_owned()
+    } else if ns.abs() < 1e3 {
+        format!("{ns:.0} ns")
+    } else {
+        format!("{:.2} µs", ns / 1e3)
+    }
+}
+
+fn fmt_rate(per_s: f64) -> String {
+    format!("{:.1}k", per_s / 1e3)
+}
+
+fn fmt_kib(kib: f64) -> String {
+    format!("{:.1} MiB", kib / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_target_is_met_at_or_below_its_limit() {
+        let show = |v: f64| format!("{v}");
+        assert!(Verdict::at_most("x".into(), 0.03, 0.03, show).met);
+        assert!(!Verdict::at_most("x".into(), 0.031, 0.03, show).met);
+        assert!(!Verdict::at_most("x".into(), f64::NAN, 0.03, show).met);
+        let v = Verdict::at_most("ns".into(), 412.0, 500.0, fmt_ns);
+        assert_eq!((v.measured.as_str(), v.target.as_str()), ("412 ns", "<= 500 ns"));
+    }
+}
