@@ -112,13 +112,10 @@ mod tests {
         Exit {
             pid: 2,
             tgid: 1,
-            flags: 0,
-            lost_hits: 0,
-            cpu: 0,
-            ipc_ns: 0,
             longest_block_ns,
             block_stack: stack,
             hits: Vec::new(),
+            ..Exit::default()
         }
     }
 

@@ -281,16 +281,12 @@ mod tests {
         Exit {
             pid,
             tgid,
-            flags: 0,
-            lost_hits: 0,
-            cpu: 0,
             ipc_ns,
-            longest_block_ns: 0,
-            block_stack: None,
             hits: vec![
                 hit(Point::Marker(Marker::DoExit), start),
                 hit(Point::Marker(Marker::FinalSwitch), end),
             ],
+            ..Exit::default()
         }
     }
 

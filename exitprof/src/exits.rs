@@ -17,7 +17,7 @@ pub struct PointHit {
 }
 
 /// One task's exit, as the kernel recorded it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Exit {
     pub pid: u32,
     pub tgid: u32,
@@ -158,13 +158,8 @@ pub(crate) mod tests {
         encode_exit(&Exit {
             pid,
             tgid,
-            flags: 0,
-            lost_hits: 0,
-            cpu: 0,
-            ipc_ns: 0,
-            longest_block_ns: 0,
-            block_stack: None,
             hits,
+            ..Exit::default()
         })
     }
 

@@ -197,12 +197,6 @@ pub(crate) mod tests {
         Exit {
             pid: 2,
             tgid: 1,
-            flags: 0,
-            lost_hits: 0,
-            cpu: 0,
-            ipc_ns: 0,
-            longest_block_ns: 0,
-            block_stack: None,
             hits: hits
                 .iter()
                 .map(|&(point, ts_ns, off_cpu_ns)| PointHit {
@@ -212,6 +206,7 @@ pub(crate) mod tests {
                     runq_ns: 0,
                 })
                 .collect(),
+            ..Exit::default()
         }
     }
 

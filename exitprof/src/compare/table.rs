@@ -249,16 +249,11 @@ mod tests {
             p.add(&Exit {
                 pid: 2,
                 tgid: 1,
-                flags: 0,
-                lost_hits: 0,
-                cpu: 0,
-                ipc_ns: 0,
-                longest_block_ns: 0,
-                block_stack: None,
                 hits: hits
                     .iter()
                     .map(|&(point, ts_ns)| PointHit { point, ts_ns, off_cpu_ns: 0, runq_ns: 0 })
                     .collect(),
+                ..Exit::default()
             });
         }
         p

@@ -126,12 +126,6 @@ pub(crate) mod tests {
             profile.add(&Exit {
                 pid: 1_000 + i as u32,
                 tgid: 1_000,
-                flags: 0,
-                lost_hits: 0,
-                cpu: 0,
-                ipc_ns: 0,
-                longest_block_ns: 0,
-                block_stack: None,
                 hits: hits
                     .map(|(point, ts_ns, off_cpu_ns)| PointHit {
                         point,
@@ -140,6 +134,7 @@ pub(crate) mod tests {
                         runq_ns: 0,
                     })
                     .to_vec(),
+                ..Exit::default()
             });
         }
         let args =
