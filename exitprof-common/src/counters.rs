@@ -12,5 +12,9 @@ pub const DEFERRED_RINGBUF_FULL: u32 = 3;
 /// An exit started for a thread id that still had an open record: the previous task with that
 /// id never reached its final switch-out while exitprof watched, and its record is dropped.
 pub const STALE_RECORD: u32 = 4;
+/// A followed exit was back on a CPU without a `sched_switch` naming it as the next task (seen on
+/// v6.18 after blocking on a rwsem): its off-CPU interval was closed at its next probe point or
+/// at its final switch-out, so that interval's end is late. Not a loss: the exit is recorded.
+pub const UNSEEN_RETURN: u32 = 5;
 /// Number of counters.
-pub const COUNT: u32 = 5;
+pub const COUNT: u32 = 6;

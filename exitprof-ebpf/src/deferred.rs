@@ -21,7 +21,7 @@ use exitprof_common::{
 };
 
 use crate::{
-    exit_state::is_target,
+    exit_state::{follows_by_name, is_followed, is_target_task},
     helpers::{current_pid, now_ns, read_at},
     maps::{
         DEFERRED, FREE_IPC_ADDR, TASK_PID_OFFSET, TASK_TGID_OFFSET, WORK_FUNC_OFFSET, count_loss,
@@ -224,7 +224,7 @@ fn reap_start(task: *const u8) {
     let Some(child) = read_at::<u32>(task, TASK_PID_OFFSET.load()) else { return };
     let Some(child_tgid) = read_at::<u32>(task, TASK_TGID_OFFSET.load()) else { return };
     let parent = current_pid();
-    if child == parent || !is_target(child_tgid) {
+    if child == parent || !is_target_task(task, child_tgid) {
         return;
     }
     let _ = REAPING.insert(parent, (child, now_ns()), 0);
@@ -273,7 +273,9 @@ pub fn sys_exit_wait4(ctx: TracePointContext) -> u32 {
     // kernels for syscall exit events.
     // SAFETY: a bounded read of the tracepoint record.
     let ret: i64 = unsafe { ctx.read_at(16) }.unwrap_or(-1);
-    if ret > 0 && is_target(ret as u32) {
+    // The child is gone: when exits are chosen by name, every reap is sent, and those of other
+    // children join no exit.
+    if ret > 0 && (is_followed(ret as u32) || follows_by_name()) {
         let now = now_ns();
         emit(DeferredKind::Reap, now, now, ret as u64, 0);
     }
@@ -290,7 +292,7 @@ pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
     ) else {
         return 0;
     };
-    if is_target(tgid) {
+    if is_target_task(task, tgid) {
         let now = now_ns();
         emit(DeferredKind::TaskFreed, now, now, u64::from(pid), 0);
     }

@@ -10,17 +10,53 @@ use exitprof_common::{
 };
 
 use crate::{
-    helpers::{current_ipc_ns, now_ns},
+    helpers::{current_ipc_ns, now_ns, read_at},
     maps::{
-        EMPTY_RECORD, EXITING, EXITS, ON_CPU_EXIT, TARGET_COMM, TRACE_ALL, TRACKED, count_loss,
-        wakeup_flag,
+        EMPTY_RECORD, EXITING, EXITS, ON_CPU_EXIT, TARGET_COMM, TASK_COMM_OFFSET, TRACE_ALL,
+        TRACKED, count_loss, wakeup_flag,
     },
+    sched::back_on_cpu,
 };
 
 /// Whether exits of the current task, of thread group `tgid`, are recorded.
 #[inline(always)]
 pub fn is_target(tgid: u32) -> bool {
-    TRACE_ALL.load() != 0 || TRACKED.get_ptr(tgid).is_some() || has_target_comm()
+    is_followed(tgid) || (follows_by_name() && bpf_get_current_comm().is_ok_and(is_target_comm))
+}
+
+/// Whether exits of `task` (not the current task), of thread group `tgid`, are recorded.
+#[inline(always)]
+pub fn is_target_task(task: *const u8, tgid: u32) -> bool {
+    is_followed(tgid)
+        || (follows_by_name()
+            && read_at::<[u8; COMM_LEN]>(task, TASK_COMM_OFFSET.load()).is_some_and(is_target_comm))
+}
+
+/// Whether thread group `tgid` is followed: every exit, or a tracked process.
+#[inline(always)]
+pub fn is_followed(tgid: u32) -> bool {
+    TRACE_ALL.load() != 0 || TRACKED.get_ptr(tgid).is_some()
+}
+
+/// Whether exits are also chosen by task name (`TARGET_COMM` is set).
+#[inline(always)]
+pub fn follows_by_name() -> bool {
+    TARGET_COMM.load()[0] != 0
+}
+
+/// Whether a task name is `TARGET_COMM`.
+#[inline(always)]
+fn is_target_comm(comm: [u8; COMM_LEN]) -> bool {
+    // Both names are NUL-padded to the full length, so equal names are equal arrays; compared
+    // as two words, which needs no memcmp (eBPF has none).
+    // SAFETY: [u8; 16] and [u64; 2] have the same size, and every bit pattern is valid for both.
+    let (a, b) = unsafe {
+        (
+            core::mem::transmute::<[u8; COMM_LEN], [u64; 2]>(comm),
+            core::mem::transmute::<[u8; COMM_LEN], [u64; 2]>(TARGET_COMM.load()),
+        )
+    };
+    a == b
 }
 
 /// Whether task `pid` of thread group `tgid` is the main thread of a storm driver, whose exit
@@ -32,26 +68,6 @@ fn is_driver(pid: u32, tgid: u32) -> bool {
             // SAFETY: a map value pointer from a successful lookup.
             unsafe { *value == tracked::DRIVER }
         })
-}
-
-/// Whether the current task's name is `TARGET_COMM` (when one is set).
-#[inline(always)]
-fn has_target_comm() -> bool {
-    let target = TARGET_COMM.load();
-    if target[0] == 0 {
-        return false;
-    }
-    let Ok(comm) = bpf_get_current_comm() else { return false };
-    // Both names are NUL-padded to the full length, so equal names are equal arrays; compared
-    // as two words, which needs no memcmp (eBPF has none).
-    // SAFETY: [u8; 16] and [u64; 2] have the same size, and every bit pattern is valid for both.
-    let (a, b) = unsafe {
-        (
-            core::mem::transmute::<[u8; COMM_LEN], [u64; 2]>(comm),
-            core::mem::transmute::<[u8; COMM_LEN], [u64; 2]>(target),
-        )
-    };
-    a == b
 }
 
 /// Whether a probe point may open a task's exit record.
@@ -77,6 +93,7 @@ pub fn hit_current(point: u8, opens: Opens) {
     if let Some(record) = EXITING.get_ptr_mut(pid) {
         // SAFETY: the entry belongs to the current task, and a task runs on one CPU at a time.
         let record = unsafe { &mut *record };
+        returned_unseen(record, now);
         if is_start {
             count_loss(counters::STALE_RECORD);
             restart(record, tgid);
@@ -96,6 +113,17 @@ pub fn hit_current(point: u8, opens: Opens) {
         record.flags |= FLAG_LATE_START;
     }
     push_hit(record, point, now);
+}
+
+/// The current task runs, so it is back on this CPU: if its record still says it is off-CPU,
+/// no `sched_switch` showed its return, and its interval closes now, late.
+#[inline(always)]
+fn returned_unseen(record: &mut ExitRecord, now: u64) {
+    if record.off_since_ns != 0 {
+        count_loss(counters::UNSEEN_RETURN);
+        back_on_cpu(record, now);
+        set_on_cpu_exit(record.pid);
+    }
 }
 
 /// Creates the `EXITING` entry of a task.
@@ -163,6 +191,7 @@ pub fn push_hit(record: &mut ExitRecord, point: u8, now: u64) {
 pub fn finish_exit(pid: u32, record: *mut ExitRecord, point: u8, now: u64) {
     // SAFETY: `record` is `pid`'s entry, and `pid` is the task being switched out on this CPU.
     let rec = unsafe { &mut *record };
+    returned_unseen(rec, now);
     push_hit(rec, point, now);
     // SAFETY: no side effects.
     rec.cpu = unsafe { bpf_get_smp_processor_id() };

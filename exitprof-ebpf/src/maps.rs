@@ -94,6 +94,10 @@ pub static TASK_PID_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static TASK_TGID_OFFSET: Global<u32> = Global::new(0);
 
+/// `offsetof(struct task_struct, comm)`.
+#[unsafe(no_mangle)]
+pub static TASK_COMM_OFFSET: Global<u32> = Global::new(0);
+
 /// `offsetof(struct task_struct, nsproxy)`.
 #[unsafe(no_mangle)]
 pub static TASK_NSPROXY_OFFSET: Global<u32> = Global::new(0);

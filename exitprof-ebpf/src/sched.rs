@@ -10,7 +10,7 @@ use aya_ebpf::{
 use exitprof_common::{
     counters,
     point::{Marker, marker_code},
-    record::FLAG_OFF_RUNNABLE,
+    record::{ExitRecord, FLAG_OFF_RUNNABLE},
     tracked,
 };
 
@@ -51,13 +51,21 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     let Some(on_cpu) = ON_CPU_EXIT.get_ptr_mut(0) else { return 0 };
     // SAFETY: a per-CPU slot, touched only by programs on this CPU.
     let on_cpu = unsafe { &mut *on_cpu };
+    let prev_state: u32 = ctx.arg(3);
     let mut now = 0;
-    if *on_cpu != 0 {
+    if *on_cpu != 0 || prev_state & TASK_DEAD != 0 {
         let prev_pid = bpf_get_current_pid_tgid() as u32;
-        if *on_cpu == prev_pid {
+        if *on_cpu != 0 && *on_cpu == prev_pid {
             *on_cpu = 0;
             now = now_ns();
-            switch_out(&ctx, prev_pid, now);
+            switch_out(&ctx, prev_pid, prev_state, now);
+        } else if prev_state & TASK_DEAD != 0
+            && let Some(record) = EXITING.get_ptr_mut(prev_pid)
+        {
+            // A followed exit whose return to this CPU no sched_switch showed: its end is
+            // still its end.
+            now = now_ns();
+            finish_exit(prev_pid, record, marker_code(Marker::FinalSwitch), now);
         }
     }
     if off_cpu_exits() > 0 {
@@ -71,17 +79,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
                 if now == 0 {
                     now = now_ns();
                 }
-                let off = now - record.off_since_ns;
-                record.off_cpu_ns += off;
-                if record.flags & FLAG_OFF_RUNNABLE != 0 {
-                    record.runq_ns += off;
-                    record.flags &= !FLAG_OFF_RUNNABLE;
-                } else if off > record.longest_block_ns {
-                    record.longest_block_ns = off;
-                    record.block_stack = record.pending_stack;
-                }
-                record.off_since_ns = 0;
-                add_off_cpu_exits(-1);
+                back_on_cpu(record, now);
             }
             *on_cpu = next_pid;
         }
@@ -91,9 +89,8 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
 
 /// The followed, exiting task `pid` leaves this CPU: for good in `TASK_DEAD`, else for a while.
 #[inline(always)]
-fn switch_out(ctx: &BtfTracePointContext, pid: u32, now: u64) {
+fn switch_out(ctx: &BtfTracePointContext, pid: u32, prev_state: u32, now: u64) {
     let Some(record) = EXITING.get_ptr_mut(pid) else { return };
-    let prev_state: u32 = ctx.arg(3);
     if prev_state & TASK_DEAD != 0 {
         finish_exit(pid, record, marker_code(Marker::FinalSwitch), now);
     } else {
@@ -110,6 +107,22 @@ fn switch_out(ctx: &BtfTracePointContext, pid: u32, now: u64) {
         }
         add_off_cpu_exits(1);
     }
+}
+
+/// Closes the off-CPU interval of a followed exit that is back on a CPU at `now`.
+#[inline(always)]
+pub fn back_on_cpu(record: &mut ExitRecord, now: u64) {
+    let off = now - record.off_since_ns;
+    record.off_cpu_ns += off;
+    if record.flags & FLAG_OFF_RUNNABLE != 0 {
+        record.runq_ns += off;
+        record.flags &= !FLAG_OFF_RUNNABLE;
+    } else if off > record.longest_block_ns {
+        record.longest_block_ns = off;
+        record.block_stack = record.pending_stack;
+    }
+    record.off_since_ns = 0;
+    add_off_cpu_exits(-1);
 }
 
 #[inline(always)]

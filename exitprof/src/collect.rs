@@ -66,6 +66,9 @@ pub struct KernelLosses {
     /// Exits whose record was dropped because a new exit with the same thread id started
     /// before their end was seen.
     pub stale_records: u64,
+    /// Not a loss: followed exits back on a CPU without a `sched_switch` showing it, whose
+    /// off-CPU interval therefore closed late (at their next probe point).
+    pub unseen_returns: u64,
 }
 
 impl KernelLosses {
@@ -77,6 +80,7 @@ impl KernelLosses {
             tracked_map_full: self.tracked_map_full - earlier.tracked_map_full,
             deferred_ringbuf_full: self.deferred_ringbuf_full - earlier.deferred_ringbuf_full,
             stale_records: self.stale_records - earlier.stale_records,
+            unseen_returns: self.unseen_returns - earlier.unseen_returns,
         }
     }
 
@@ -88,6 +92,7 @@ impl KernelLosses {
             tracked_map_full: self.tracked_map_full + other.tracked_map_full,
             deferred_ringbuf_full: self.deferred_ringbuf_full + other.deferred_ringbuf_full,
             stale_records: self.stale_records + other.stale_records,
+            unseen_returns: self.unseen_returns + other.unseen_returns,
         }
     }
 
@@ -104,6 +109,7 @@ impl KernelLosses {
             tracked_map_full: sum(counters::TRACKED_FULL)?,
             deferred_ringbuf_full: sum(counters::DEFERRED_RINGBUF_FULL)?,
             stale_records: sum(counters::STALE_RECORD)?,
+            unseen_returns: sum(counters::UNSEEN_RETURN)?,
         })
     }
 

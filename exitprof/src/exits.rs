@@ -155,12 +155,7 @@ pub(crate) mod tests {
             .iter()
             .map(|&(point, ts_ns, off_cpu_ns)| PointHit { point, ts_ns, off_cpu_ns, runq_ns: 0 })
             .collect();
-        encode_exit(&Exit {
-            pid,
-            tgid,
-            hits,
-            ..Exit::default()
-        })
+        encode_exit(&Exit { pid, tgid, hits, ..Exit::default() })
     }
 
     /// Any point the kernel side can record.

@@ -113,6 +113,7 @@ pub fn load_and_attach(
     let offset = |strukt, field| kernel_btf.field_offset(strukt, field);
     let task_pid = offset("task_struct", "pid")?;
     let task_tgid = offset("task_struct", "tgid")?;
+    let task_comm = offset("task_struct", "comm")?;
     let task_nsproxy = offset("task_struct", "nsproxy")?;
     let nsproxy_ipc_ns = offset("nsproxy", "ipc_ns")?;
     let work_func = offset("work_struct", "func")?;
@@ -125,6 +126,7 @@ pub fn load_and_attach(
         .override_global("TARGET_COMM", &options.target_comm, true)
         .override_global("TASK_PID_OFFSET", &task_pid, true)
         .override_global("TASK_TGID_OFFSET", &task_tgid, true)
+        .override_global("TASK_COMM_OFFSET", &task_comm, true)
         .override_global("TASK_NSPROXY_OFFSET", &task_nsproxy, true)
         .override_global("NSPROXY_IPC_NS_OFFSET", &nsproxy_ipc_ns, true)
         .override_global("WORK_FUNC_OFFSET", &work_func, true)

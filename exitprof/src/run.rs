@@ -118,7 +118,7 @@ impl Losses {
     }
 
     /// Every cause: (JSON key, what it means, count).
-    pub fn by_cause(&self) -> [(&'static str, &'static str, u64); 9] {
+    pub fn by_cause(&self) -> [(&'static str, &'static str, u64); 10] {
         [
             ("ringbuf_full", "ring buffer full", self.kernel.ringbuf_full),
             ("state_map_full", "state map full", self.kernel.state_map_full),
@@ -132,6 +132,11 @@ impl Losses {
                 "deferred_ringbuf_full",
                 "deferred-work records dropped",
                 self.kernel.deferred_ringbuf_full,
+            ),
+            (
+                "unseen_returns",
+                "returns to a CPU no sched_switch showed (off-CPU time closed late)",
+                self.kernel.unseen_returns,
             ),
         ]
     }

@@ -178,7 +178,7 @@ pub(crate) mod tests {
         let stage_sum: u128 = set.series[1..].iter().map(|s| s.sum_ns).sum();
         assert_eq!(stage_sum, exit.sum_ns, "stages partition the exit");
         assert_eq!(set.runs[0].exits_recorded, 2_000);
-        assert_eq!(set.runs[0].losses.len(), 9);
+        assert_eq!(set.runs[0].losses.len(), Losses::default().by_cause().len());
     }
 
     #[test]
