@@ -5,27 +5,45 @@ use serde::Serialize;
 /// exitprof's own use of the machine so far.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct OwnCost {
-    /// CPU time of all of exitprof's threads (`getrusage(RUSAGE_SELF)`), in seconds.
-    pub user_s: f64,
-    pub sys_s: f64,
+    /// CPU time of all of exitprof's threads, in seconds.
+    #[serde(flatten)]
+    pub cpu: CpuTime,
+    /// The part of it spent while the target ran and its last records came in: reading and
+    /// profiling the exits, without loading, attaching, detaching or reporting.
+    pub collecting: CpuTime,
     /// Its peak resident memory (VmHWM in /proc/self/status), in bytes; `null` where it cannot
     /// be read. (`ru_maxrss` would not do: it keeps the peak of the process image before exec.)
     pub peak_rss_bytes: Option<u64>,
 }
 
 impl OwnCost {
+    /// The cost so far, of which `collecting` went to collecting the target.
+    pub fn now(collecting: CpuTime) -> Self {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        Self { cpu: CpuTime::now(), collecting, peak_rss_bytes: vm_hwm(&status) }
+    }
+}
+
+/// User and system CPU time of exitprof's threads (`getrusage(RUSAGE_SELF)`), in seconds.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct CpuTime {
+    pub user_s: f64,
+    pub sys_s: f64,
+}
+
+impl CpuTime {
     pub fn now() -> Self {
         // SAFETY: rusage is plain data, filled in by the kernel.
         let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
         // SAFETY: a valid pointer to a local; RUSAGE_SELF cannot fail.
         unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
         let seconds = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        Self {
-            user_s: seconds(usage.ru_utime),
-            sys_s: seconds(usage.ru_stime),
-            peak_rss_bytes: vm_hwm(&status),
-        }
+        Self { user_s: seconds(usage.ru_utime), sys_s: seconds(usage.ru_stime) }
+    }
+
+    /// The CPU time spent since `earlier`.
+    pub fn since(self, earlier: Self) -> Self {
+        Self { user_s: self.user_s - earlier.user_s, sys_s: self.sys_s - earlier.sys_s }
     }
 }
 
@@ -43,8 +61,13 @@ mod tests {
     fn reads_its_own_cpu_time_and_peak_memory() {
         assert_eq!(vm_hwm("Name:\tx\nVmHWM:\t  1024 kB\nVmRSS:\t 512 kB\n"), Some(1 << 20));
         assert_eq!(vm_hwm("Name:\tx\n"), None);
-        let cost = OwnCost::now();
+        let start = CpuTime::now();
+        // Some work of its own, for the clock to see.
+        let sum: u64 = (0..20_000_000u64).map(std::hint::black_box).sum();
+        let cost = OwnCost::now(CpuTime::now().since(start));
+        assert!(sum > 0);
         assert!(cost.peak_rss_bytes.is_some_and(|b| b > 0), "{cost:?}");
-        assert!(cost.user_s + cost.sys_s > 0.0, "{cost:?}");
+        let (all, spent) = (cost.cpu.user_s + cost.cpu.sys_s, cost.collecting.user_s);
+        assert!(spent > 0.0 && spent <= all, "{cost:?}");
     }
 }

@@ -22,7 +22,7 @@ use crate::{
     export::{self, ExportTarget},
     kernel::{KernelFacts, kallsyms::Kallsyms, tracefs},
     load::{self, LoadOptions, Probes, ProgramCost},
-    own_cost::OwnCost,
+    own_cost::{CpuTime, OwnCost},
     pidfd::PidFd,
     plan::{AttachMode, Plan, Planned, Wants},
     privileges,
@@ -321,11 +321,13 @@ pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunO
     };
     let mut progress = Progress::new(expected_exits, !args.json);
     let cost_meter = args.bpf_stats.then(|| CostMeter::start(&attached.probes)).transpose()?;
+    let cpu_before = CpuTime::now();
     let started =
         start(prepared, &target, args.duration, args.json, Some(&mut attached.probes.ebpf))?;
     let collected =
         collect_until(started, Some(&mut attached), &mut session, &mut signals, &mut progress)
             .await?;
+    let collecting = CpuTime::now().since(cpu_before);
     let kernel_cost = cost_meter.map(|meter| meter.stop(&attached.probes)).transpose()?;
     let (kernel, probe_misses) = attached.kernel_losses()?;
     attached.detach();
@@ -358,7 +360,7 @@ pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunO
         losses,
         kernel_cost,
         interrupted,
-        own_cost: OwnCost::now(),
+        own_cost: OwnCost::now(collecting),
     })
 }
 

@@ -82,7 +82,7 @@ pub(crate) mod tests {
         deferred::DeferredWork,
         exits::{Exit, PointHit},
         kernel::{exit_path::ExitPath, version::KernelVersion},
-        own_cost::OwnCost,
+        own_cost::{CpuTime, OwnCost},
         plan::{AttachMode, How, Plan, Planned, SiteId},
         profile::Profile,
         run::{Ended, Losses},
@@ -162,7 +162,7 @@ pub(crate) mod tests {
             losses: Losses::default(),
             kernel_cost: None,
             interrupted: None,
-            own_cost: OwnCost::now(),
+            own_cost: OwnCost::now(CpuTime::default()),
         }
     }
 

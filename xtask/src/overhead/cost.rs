@@ -5,7 +5,9 @@
 //! children, and it reaps them): the storm's own user and sys time, which exitprof reports, are
 //! taken off. What is left includes loading, verifying and attaching the programs, detaching,
 //! and building the report, none of which grows with the storm; a run of a single exit measures
-//! that fixed part, and what is above it is the cost of collecting the storm's records.
+//! that fixed part. What collecting the storm's records costs is smaller than the noise of that
+//! fixed part, so it is taken from exitprof's own account (`getrusage` from the storm's start
+//! to its last record, the document's `exitprof.collecting`).
 //!
 //! Three runs per round, in turn (plain, 1-exit, with statistics), so that a drift of the
 //! machine falls on all three.
@@ -47,8 +49,7 @@ pub struct ProcessCost {
     pub cpu_whole_run_s: f64,
     /// The same for a storm of one exit: loading, attaching, detaching, reporting.
     pub cpu_fixed_s: f64,
-    /// What collecting the storm cost: whole run less the fixed part (median of the
-    /// differences, round by round).
+    /// What collecting the storm cost, by exitprof's own account.
     pub cpu_collecting_s: f64,
     /// The storm's own user + sys.
     pub storm_cpu_s: f64,
@@ -143,7 +144,9 @@ fn process_cost(
     let fixed_cpu = fixed.iter().map(own_cpu).collect::<anyhow::Result<Vec<_>>>()?;
     let storm_cpu =
         plain.iter().map(|r| r.doc.storm_cpu_s()).collect::<anyhow::Result<Vec<_>>>()?;
-    let collecting = median(whole.iter().zip(&fixed_cpu).map(|(w, f)| w - f));
+    let collecting = median(
+        plain.iter().map(|r| r.doc.exitprof.collecting.user_s + r.doc.exitprof.collecting.sys_s),
+    );
     let storm_cpu_s = median(storm_cpu);
     let rss = |runs: &[Profiled]| {
         median(runs.iter().filter_map(|r| r.process.peak_rss_kib).map(|k| k as f64))

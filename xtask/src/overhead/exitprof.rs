@@ -75,6 +75,20 @@ pub struct RunDoc {
     pub sys_s: Option<f64>,
     pub exit_rate: f64,
     pub kernel_cost: Option<KernelCost>,
+    pub exitprof: OwnCost,
+}
+
+/// `exitprof` of the run document: what exitprof's process used, by its own `getrusage`.
+#[derive(Debug, Deserialize)]
+pub struct OwnCost {
+    /// While the storm ran and its last records came in.
+    pub collecting: CpuTime,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CpuTime {
+    pub user_s: f64,
+    pub sys_s: f64,
 }
 
 /// Exits lost: those exitprof counted as lost, or more if fewer than `expected` were recorded

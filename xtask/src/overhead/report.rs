@@ -288,7 +288,7 @@ fn render_process(out: &mut String, p: &ProcessCost) {
     );
     let _ = writeln!(
         out,
-        "  {:<20} {:>10}   {:.1}% of the storm's own {}",
+        "  {:<20} {:>10}   {:.1}% of the storm's own {} (exitprof's getrusage, storm start to last record)",
         "CPU, collecting",
         fmt_s(p.cpu_collecting_s),
         p.collecting_share * 100.0,
