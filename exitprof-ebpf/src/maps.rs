@@ -36,6 +36,10 @@ pub static OFF_CPU_EXITS: Array<i64> = Array::with_max_entries(1, 0);
 #[map]
 pub static BLOCK_STACKS: StackTrace = StackTrace::with_max_entries(4096, 0);
 
+/// Take the stack of each block in `BLOCK_STACKS` (non-zero: on).
+#[unsafe(no_mangle)]
+pub static BLOCK_STACKS_ON: Global<u32> = Global::new(1);
+
 /// Thread-group ids whose exits are recorded (unless `TRACE_ALL` is set); the workload's, then
 /// its descendants' as they fork.
 #[map]

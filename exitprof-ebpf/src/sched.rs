@@ -18,7 +18,8 @@ use crate::{
     exit_state::finish_exit,
     helpers::{now_ns, read_at},
     maps::{
-        BLOCK_STACKS, EXITING, OFF_CPU_EXITS, ON_CPU_EXIT, TASK_PID_OFFSET, TRACKED, count_loss,
+        BLOCK_STACKS, BLOCK_STACKS_ON, EXITING, OFF_CPU_EXITS, ON_CPU_EXIT, TASK_PID_OFFSET,
+        TRACKED, count_loss,
     },
 };
 
@@ -98,12 +99,15 @@ fn switch_out(ctx: &BtfTracePointContext, pid: u32, prev_state: u32, now: u64) {
         let record = unsafe { &mut *record };
         record.off_since_ns = now;
         // Still runnable (TASK_RUNNING, 0): preempted, it waits for a CPU, not for an event.
-        // Otherwise it blocks: where, the kernel stack says.
+        // Otherwise it blocks: where, the kernel stack says (unless stacks are off: -1).
         if prev_state == TASK_RUNNING {
             record.flags |= FLAG_OFF_RUNNABLE;
         } else {
-            record.pending_stack =
-                ctx.get_stackid(&BLOCK_STACKS, BPF_F_REUSE_STACKID).map_or(-1, |id| id as i32);
+            record.pending_stack = if BLOCK_STACKS_ON.load() != 0 {
+                ctx.get_stackid(&BLOCK_STACKS, BPF_F_REUSE_STACKID).map_or(-1, |id| id as i32)
+            } else {
+                -1
+            };
         }
         add_off_cpu_exits(1);
     }

@@ -83,6 +83,11 @@ pub struct ProbeArgs {
     /// for workloads exitprof drives, not when it watches other processes.
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = Switch::Auto)]
     pub syscall_tracepoints: Switch,
+    /// Do not take the kernel stack of each block of an exiting task: the report then has no
+    /// "blocked in" table, and each exit that blocks costs about half a microsecond less in the
+    /// kernel (the stack walk).
+    #[arg(long)]
+    pub no_block_stacks: bool,
 }
 
 /// A choice exitprof can make itself.

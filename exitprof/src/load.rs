@@ -41,6 +41,8 @@ pub struct LoadOptions {
     pub ringbuf_bytes: u32,
     /// Instances per kretprobe: how many tasks can be inside one probed function at once.
     pub kretprobe_maxactive: u32,
+    /// Take the kernel stack where an exiting task blocks.
+    pub block_stacks: bool,
 }
 
 /// The loaded object with its programs attached. Dropping it detaches everything.
@@ -118,10 +120,11 @@ pub fn load_and_attach(
     let nsproxy_ipc_ns = offset("nsproxy", "ipc_ns")?;
     let work_func = offset("work_struct", "func")?;
     let free_ipc = facts.kallsyms.address("free_ipc").unwrap_or(0);
-    let trace_all = u32::from(options.trace_all);
+    let (trace_all, block_stacks) = (u32::from(options.trace_all), u32::from(options.block_stacks));
     let ebpf = EbpfLoader::new()
         .btf(Some(&btf))
         .override_global("TRACE_ALL", &trace_all, true)
+        .override_global("BLOCK_STACKS_ON", &block_stacks, true)
         .override_global("WAKEUP_BYTES", &(u64::from(options.ringbuf_bytes) / 4), true)
         .override_global("TARGET_COMM", &options.target_comm, true)
         .override_global("TASK_PID_OFFSET", &task_pid, true)

@@ -300,6 +300,7 @@ pub fn load_options(prepared: &Prepared, args: &RunArgs) -> LoadOptions {
         },
         ringbuf_bytes: args.ringbuf_bytes,
         kretprobe_maxactive: args.probes.kretprobe_maxactive,
+        block_stacks: !args.probes.no_block_stacks,
     }
 }
 

@@ -1,5 +1,5 @@
 //! The threads storm end to end on the running kernel: every exit recorded, none lost, latencies
-//! plausible, stages summing to the exit.
+//! plausible, stages summing to the exit, blocks traced to their kernel stacks.
 
 mod support;
 
@@ -46,5 +46,37 @@ fn stages_sum_to_the_whole_exit() {
     assert_eq!(stage_total, exit_total, "stages sum to {stage_total} ns, exits to {exit_total} ns");
     for s in &stages[1..] {
         assert!(num(s, "count") > 0.0, "empty stage listed: {s}");
+    }
+}
+
+#[test]
+fn blocked_exits_are_traced_to_kernel_stacks_unless_stacks_are_off() {
+    require_root();
+    for stacks in [true, false] {
+        let mut args = vec!["--threads", "300", "--reps", "2", "--stagger-us", "0"];
+        if !stacks {
+            args.push("--no-block-stacks");
+        }
+        let doc = run_json(&args);
+        let blocked_in = doc["blocked_in"].as_array().expect("blocked_in");
+        if !stacks {
+            assert!(blocked_in.is_empty(), "stacks off, yet {blocked_in:?}");
+            continue;
+        }
+        let exit = &doc["stages"][0];
+        if num(exit, "off_cpu_share") - num(exit, "runq_share") == 0.0 {
+            continue; // no exit blocked: nothing to trace
+        }
+        assert!(!blocked_in.is_empty(), "exits blocked, but no stack was taken");
+        let share: f64 = blocked_in.iter().map(|b| num(b, "share")).sum();
+        assert!((share - 1.0).abs() < 1e-9, "shares add up to {share}");
+        let exits: f64 = blocked_in.iter().map(|b| num(b, "exits")).sum();
+        assert!(exits <= num(&doc, "exits_recorded"), "{exits} blocked exits");
+        for b in blocked_in {
+            let frames: Vec<&str> =
+                b["stack"].as_array().unwrap().iter().filter_map(|f| f.as_str()).collect();
+            assert!(!frames.is_empty(), "an empty stack: {b}");
+            assert!(!frames.contains(&"__schedule"), "scheduler frames are left out: {frames:?}");
+        }
     }
 }
