@@ -2,7 +2,6 @@
 
 use std::fmt::Write as _;
 
-use comfy_table::{CellAlignment, Table, presets::NOTHING};
 use serde::Serialize;
 
 use super::{
@@ -19,6 +18,7 @@ use crate::{
     report::{
         document::{StageDoc, WorkloadDoc, stage_docs},
         fmt_ns, fmt_rate,
+        table::TextTable,
         terminal::describe,
     },
     run::Losses,
@@ -181,15 +181,8 @@ impl CompareDocument {
 /// The seed's table, the listener's counts, the per-stage deltas and the verdict.
 pub fn render_comparison(r: &ComparisonDoc) -> String {
     let mut out = String::new();
-    let mut table = Table::new();
-    table.load_preset(NOTHING).set_header([
-        "",
-        "Yes (on)",
-        "No (off)",
-        "Ovhd",
-        "spread on / off",
-        "",
-    ]);
+    let mut table =
+        TextTable::new(["", "Yes (on)", "No (off)", "Ovhd", "spread on / off", ""]).figures_right();
     for row in &r.table {
         table.add_row([
             row.metric.to_owned(),
@@ -208,7 +201,6 @@ pub fn render_comparison(r: &ComparisonDoc) -> String {
         String::new(),
         String::new(),
     ]);
-    right_align(&mut table);
     let _ = writeln!(out, "{table}");
     if let Some(l) = &r.listener {
         let _ = writeln!(
@@ -218,8 +210,8 @@ pub fn render_comparison(r: &ComparisonDoc) -> String {
         );
     }
     if let Some(d) = &r.stage_deltas {
-        let mut table = Table::new();
-        table.load_preset(NOTHING).set_header(["per exit", "on", "off", "delta", "of the delta"]);
+        let mut table =
+            TextTable::new(["per exit", "on", "off", "delta", "of the delta"]).figures_right();
         table.add_row([
             "exit".to_owned(),
             fmt_ns(d.exit_yes_ns_per_exit),
@@ -236,17 +228,10 @@ pub fn render_comparison(r: &ComparisonDoc) -> String {
                 format!("{:.0}%", s.share_of_delta * 100.0),
             ]);
         }
-        right_align(&mut table);
         let _ = writeln!(out, "\n{table}");
     }
     let _ = writeln!(out, "\nverdict: {}", r.verdict);
     out
-}
-
-fn right_align(table: &mut Table) {
-    for column in table.column_iter_mut().skip(1) {
-        column.set_cell_alignment(CellAlignment::Right);
-    }
 }
 
 /// One row of a sweep: one stagger, compared on and off.
@@ -291,14 +276,13 @@ impl SweepDocument {
         );
         let _ = writeln!(out, "      %ovhd of {} on over off", self.condition.name());
         let _ = writeln!(out, "      (higher is worse; * within the run-to-run spread)\n");
-        let mut table = Table::new();
         let mut header =
             vec!["Stagger\n(us)", "Exit\nRate", "User\nTime", "Sys\nTime", "Elapsed\nTime"];
         let listener = self.condition == Condition::TaskstatsListener;
         if listener {
             header.push("ENOBUFS");
         }
-        table.load_preset(NOTHING).set_header(header);
+        let mut table = TextTable::new(header).figures_right();
         for row in &self.rows {
             let pct = |metric: &str| {
                 row.result.table.iter().find(|r| r.metric == metric).map_or(String::new(), |r| {
@@ -317,7 +301,6 @@ impl SweepDocument {
             }
             table.add_row(cells);
         }
-        right_align(&mut table);
         let _ = writeln!(out, "{table}");
         let _ = writeln!(
             out,

@@ -2,6 +2,7 @@
 
 pub mod document;
 pub mod plan;
+pub mod table;
 pub mod terminal;
 
 /// A duration in ns, with a unit a person reads at a glance: `850ns`, `12.3µs`, `4.56ms`, `2.10s`.

@@ -2,12 +2,12 @@
 
 use std::fmt::Write as _;
 
-use comfy_table::{Table, presets::NOTHING};
 use serde::Serialize;
 
 use crate::{
     kernel::KernelFacts,
     plan::{AttachMode, Plan, Planned, Unplanned},
+    report::table::TextTable,
 };
 
 /// The plan and the calibration it was resolved from.
@@ -50,8 +50,7 @@ impl PlanDocument {
         let _ = writeln!(out, "BTF      {}", if self.btf { "yes" } else { "no" });
         let _ = writeln!(out, "tracefs  {}", self.tracefs);
         let _ = writeln!(out, "\nprobe points, in exit-path order ({}):", self.points.len());
-        let mut table = Table::new();
-        table.load_preset(NOTHING).set_header(["point", "mode", "attached to", "note"]);
+        let mut table = TextTable::new(["point", "mode", "attached to", "note"]);
         for p in &self.points {
             table.add_row([
                 p.point,
@@ -63,8 +62,7 @@ impl PlanDocument {
         let _ = writeln!(out, "{table}");
         if !self.unavailable.is_empty() {
             let _ = writeln!(out, "\nnot attached ({}):", self.unavailable.len());
-            let mut table = Table::new();
-            table.load_preset(NOTHING).set_header(["point", "why"]);
+            let mut table = TextTable::new(["point", "why"]);
             for u in &self.unavailable {
                 table.add_row([u.point, u.reason.as_str()]);
             }

@@ -2,11 +2,10 @@
 
 use std::fmt::Write as _;
 
-use comfy_table::{CellAlignment, Table, presets::NOTHING};
-
 use super::{
     document::{KernelCostDoc, RateDoc, RunDocument, WorkloadDoc},
     fmt_ns, fmt_rate,
+    table::TextTable,
 };
 use crate::{blocking::BlockedIn, deferred::DeferredReport, histogram::Summary};
 
@@ -73,9 +72,7 @@ pub fn render(doc: &RunDocument) -> String {
 /// exitprof's own cost in the kernel (--bpf-stats).
 fn kernel_cost_table(cost: &KernelCostDoc) -> String {
     let per_exit = |ns: Option<f64>| ns.map_or_else(|| "-".to_owned(), fmt_ns);
-    let mut table = Table::new();
-    table.load_preset(NOTHING);
-    table.set_header(["eBPF program", "runs", "per run", "per exit"]);
+    let mut table = TextTable::new(["eBPF program", "runs", "per run", "per exit"]).figures_right();
     for p in &cost.programs {
         table.add_row([
             p.program.clone(),
@@ -83,9 +80,6 @@ fn kernel_cost_table(cost: &KernelCostDoc) -> String {
             per_exit(p.ns_per_run),
             per_exit(p.ns_per_exit),
         ]);
-    }
-    for column in table.column_iter_mut().skip(1) {
-        column.set_cell_alignment(CellAlignment::Right);
     }
     format!(
         "\nexitprof in the kernel (BPF run-time statistics): {} per exit recorded, {} runs, {} \
@@ -200,9 +194,8 @@ fn deferred_table(d: &DeferredReport) -> String {
         ("exit end → reaped by parent", &d.reap.exit_to_reap_ns),
         ("exit end → task freed (RCU)", &d.task_free.exit_to_free_ns),
     ];
-    let mut table = Table::new();
-    table.load_preset(NOTHING);
-    table.set_header(["deferred work", "count", "mean", "p50", "p90", "p99", "max"]);
+    let mut table = TextTable::new(["deferred work", "count", "mean", "p50", "p90", "p99", "max"])
+        .figures_right();
     for (name, s) in rows.into_iter().filter(|(_, s)| s.count > 0) {
         table.add_row([
             name.to_owned(),
@@ -214,11 +207,8 @@ fn deferred_table(d: &DeferredReport) -> String {
             fmt_ns(s.max_ns as f64),
         ]);
     }
-    if table.row_iter().next().is_none() {
+    if table.is_empty() {
         return String::new();
-    }
-    for column in table.column_iter_mut().skip(1) {
-        column.set_cell_alignment(CellAlignment::Right);
     }
     let mut out = format!("\n{table}\n");
     let ipc = &d.ipc;
@@ -257,8 +247,8 @@ fn blocked_in_table(blocked: &[BlockedIn]) -> String {
     if blocked.is_empty() {
         return String::new();
     }
-    let mut table = Table::new();
-    table.load_preset(NOTHING).set_header(["blocked in", "exits", "mean", "of blocked time"]);
+    let mut table =
+        TextTable::new(["blocked in", "exits", "mean", "of blocked time"]).figures_right();
     for b in blocked {
         table.add_row([
             b.describe(5),
@@ -267,19 +257,15 @@ fn blocked_in_table(blocked: &[BlockedIn]) -> String {
             format!("{:.0}%", b.share * 100.0),
         ]);
     }
-    for column in table.column_iter_mut().skip(1) {
-        column.set_cell_alignment(CellAlignment::Right);
-    }
     format!("\n{table}\n")
 }
 
-fn stage_table(doc: &RunDocument) -> Table {
-    let mut table = Table::new();
-    table.load_preset(NOTHING);
-    table.set_header([
+fn stage_table(doc: &RunDocument) -> TextTable {
+    let mut table = TextTable::new([
         "stage", "count", "mean", "p50", "p90", "p99", "p99.9", "max", "share", "off-CPU",
         "runnable",
-    ]);
+    ])
+    .figures_right();
     for (i, s) in doc.stages.iter().enumerate() {
         let name = if i == 0 { s.name.clone() } else { format!("  {}", s.name) };
         table.add_row([
@@ -300,9 +286,6 @@ fn stage_table(doc: &RunDocument) -> Table {
                 "-".into()
             },
         ]);
-    }
-    for column in table.column_iter_mut().skip(1) {
-        column.set_cell_alignment(CellAlignment::Right);
     }
     table
 }
