@@ -218,21 +218,22 @@ pub(crate) mod tests {
     const FPU: Point = Point::Marker(Marker::X86FpuDropped);
     const END: Point = Point::Marker(Marker::FinalSwitch);
 
+    /// The tracepoint points of an exit after its start, as on 6.18.
+    const TRACEPOINTS_AFTER_START: [(SiteId, How, &str); 3] = [
+        (SiteId::Marker(Marker::SchedProcessExit), How::BtfTracepoint, "sched_process_exit"),
+        (SiteId::Marker(Marker::X86FpuDropped), How::BtfTracepoint, "x86_fpu_dropped"),
+        (SiteId::Marker(Marker::FinalSwitch), How::BtfTracepoint, "sched_switch"),
+    ];
+
     #[test]
     fn tracepoint_mode_gaps_are_named_after_the_work_between() {
-        let plan = plan(
-            KernelVersion::new(6, 18, 0),
-            &[
-                (SiteId::Marker(Marker::SysEnterExit), How::Tracepoint, "syscalls:sys_enter_exit"),
-                (
-                    SiteId::Marker(Marker::SchedProcessExit),
-                    How::BtfTracepoint,
-                    "sched_process_exit",
-                ),
-                (SiteId::Marker(Marker::X86FpuDropped), How::BtfTracepoint, "x86_fpu_dropped"),
-                (SiteId::Marker(Marker::FinalSwitch), How::BtfTracepoint, "sched_switch"),
-            ],
-        );
+        let mut sites = vec![(
+            SiteId::Marker(Marker::SysEnterExit),
+            How::Tracepoint,
+            "syscalls:sys_enter_exit",
+        )];
+        sites.extend(TRACEPOINTS_AFTER_START);
+        let plan = plan(KernelVersion::new(6, 18, 0), &sites);
         let mut namer = StageNamer::new(&plan);
         let e = exit(&[
             (Point::Marker(Marker::SysEnterExit), 100, 0),
@@ -266,18 +267,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_missing_conditional_marker_makes_a_wider_gap() {
-        let plan = plan(
-            KernelVersion::new(6, 18, 0),
-            &[
-                (
-                    SiteId::Marker(Marker::SchedProcessExit),
-                    How::BtfTracepoint,
-                    "sched_process_exit",
-                ),
-                (SiteId::Marker(Marker::X86FpuDropped), How::BtfTracepoint, "x86_fpu_dropped"),
-                (SiteId::Marker(Marker::FinalSwitch), How::BtfTracepoint, "sched_switch"),
-            ],
-        );
+        let plan = plan(KernelVersion::new(6, 18, 0), &TRACEPOINTS_AFTER_START);
         let mut namer = StageNamer::new(&plan);
         let spans = namer.spans(&exit(&[(SPE, 0, 0), (END, 500, 100)]));
         assert_eq!(

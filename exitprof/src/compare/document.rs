@@ -26,10 +26,10 @@ use crate::{
     verdict::run_verdict,
 };
 
-/// The `compare --json` document.
+/// What the `compare` and `sweep` documents open with: what was compared, where, how often.
 #[derive(Debug, Serialize)]
-pub struct CompareDocument {
-    /// The comparison was cut short: each side has fewer runs than asked for.
+pub struct ComparisonSetup {
+    /// Cut short: fewer runs than asked for.
     pub partial: bool,
     pub kernel: String,
     pub attach: AttachMode,
@@ -37,6 +37,27 @@ pub struct CompareDocument {
     pub condition: Condition,
     pub condition_means: &'static str,
     pub runs_per_side: u32,
+}
+
+impl ComparisonSetup {
+    pub fn new(comparer: &Comparer, target: &Target) -> Self {
+        Self {
+            partial: comparer.interrupted.is_some(),
+            kernel: comparer.plan.kernel.clone(),
+            attach: comparer.plan.mode,
+            workload: WorkloadDoc::new(target, None),
+            condition: comparer.condition,
+            condition_means: comparer.condition.description(),
+            runs_per_side: comparer.runs,
+        }
+    }
+}
+
+/// The `compare --json` document.
+#[derive(Debug, Serialize)]
+pub struct CompareDocument {
+    #[serde(flatten)]
+    pub setup: ComparisonSetup,
     #[serde(flatten)]
     pub result: ComparisonDoc,
     /// Each side: its runs, exits and stage table.
@@ -143,13 +164,7 @@ impl ComparisonDoc {
 impl CompareDocument {
     pub fn new(comparer: &Comparer, target: &Target, c: &Comparison) -> Self {
         Self {
-            partial: comparer.interrupted.is_some(),
-            kernel: comparer.plan.kernel.clone(),
-            attach: comparer.plan.mode,
-            workload: WorkloadDoc::new(target, None),
-            condition: comparer.condition,
-            condition_means: comparer.condition.description(),
-            runs_per_side: comparer.runs,
+            setup: ComparisonSetup::new(comparer, target),
             result: ComparisonDoc::new(c),
             on: SideDoc::new(&c.on),
             off: SideDoc::new(&c.off),
@@ -159,19 +174,19 @@ impl CompareDocument {
 
     pub fn render(&self) -> String {
         let mut out = String::new();
-        if self.partial {
+        if self.setup.partial {
             out.push_str("PARTIAL RESULTS: the comparison was interrupted\n");
         }
         let _ = writeln!(
             out,
             "compare: {} on vs off ({}), {} runs each, interleaved\n\
              workload: {} (kernel {}, attach {})\n",
-            self.condition.name(),
-            self.condition_means,
-            self.runs_per_side,
-            describe(&self.workload),
-            self.kernel,
-            self.attach
+            self.setup.condition.name(),
+            self.setup.condition_means,
+            self.setup.runs_per_side,
+            describe(&self.setup.workload),
+            self.setup.kernel,
+            self.setup.attach
         );
         out.push_str(&render_comparison(&self.result));
         out
@@ -245,13 +260,8 @@ pub struct SweepRow {
 /// The `sweep --json` document.
 #[derive(Debug, Serialize)]
 pub struct SweepDocument {
-    pub partial: bool,
-    pub kernel: String,
-    pub attach: AttachMode,
-    pub workload: WorkloadDoc,
-    pub condition: Condition,
-    pub condition_means: &'static str,
-    pub runs_per_side: u32,
+    #[serde(flatten)]
+    pub setup: ComparisonSetup,
     pub rows: Vec<SweepRow>,
     pub probes: Vec<Planned>,
 }
@@ -260,25 +270,25 @@ impl SweepDocument {
     /// The 2006 table: exit rate against the %overhead of user, sys and elapsed time.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        if self.partial {
+        if self.setup.partial {
             out.push_str("PARTIAL RESULTS: the sweep was interrupted\n");
         }
         let _ = writeln!(
             out,
             "sweep: {} ({}), {} runs per side and row (kernel {}, attach {})\n\
              workload: {} (the stagger varies by row)\n",
-            self.condition.name(),
-            self.condition_means,
-            self.runs_per_side,
-            self.kernel,
-            self.attach,
-            describe(&self.workload)
+            self.setup.condition.name(),
+            self.setup.condition_means,
+            self.setup.runs_per_side,
+            self.setup.kernel,
+            self.setup.attach,
+            describe(&self.setup.workload)
         );
-        let _ = writeln!(out, "      %ovhd of {} on over off", self.condition.name());
+        let _ = writeln!(out, "      %ovhd of {} on over off", self.setup.condition.name());
         let _ = writeln!(out, "      (higher is worse; * within the run-to-run spread)\n");
         let mut header =
             vec!["Stagger\n(us)", "Exit\nRate", "User\nTime", "Sys\nTime", "Elapsed\nTime"];
-        let listener = self.condition == Condition::TaskstatsListener;
+        let listener = self.setup.condition == Condition::TaskstatsListener;
         if listener {
             header.push("ENOBUFS");
         }

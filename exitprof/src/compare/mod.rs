@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use anyhow::{Context as _, bail};
 
 use self::{
-    document::{CompareDocument, ComparisonDoc, SweepDocument, SweepRow},
+    document::{CompareDocument, ComparisonDoc, ComparisonSetup, SweepDocument, SweepRow},
     table::RunMeasure,
 };
 use crate::{
@@ -22,7 +22,7 @@ use crate::{
     load::LoadOptions,
     plan::Plan,
     progress::Progress,
-    report::document::{WorkloadDoc, exit_rate},
+    report::document::exit_rate,
     run::{self, Attached, End, Prepared, Started},
     session::Session,
     signals::Signals,
@@ -280,13 +280,7 @@ pub async fn run(
                 }
             }
             let doc = SweepDocument {
-                partial: comparer.interrupted.is_some(),
-                kernel: comparer.plan.kernel.clone(),
-                attach: comparer.plan.mode,
-                workload: WorkloadDoc::new(&target, None),
-                condition: comparer.condition,
-                condition_means: comparer.condition.description(),
-                runs_per_side: comparer.runs,
+                setup: ComparisonSetup::new(&comparer, &target),
                 rows: rows
                     .iter()
                     .map(|(stagger_us, c)| SweepRow {
