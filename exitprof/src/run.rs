@@ -306,13 +306,15 @@ pub fn load_options(prepared: &Prepared, args: &RunArgs) -> LoadOptions {
 
 /// Profiles one run.
 pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunOutcome> {
+    // First: a signal while exitprof loads must not kill it with a workload waiting at its
+    // gate and probes half attached; it ends the run by the normal path as soon as it starts.
+    let mut signals = Signals::new()?;
     let target = args.target();
     let (prepared, burst_rate) = prepare(&target)?;
     preflight(exports)?;
     bump_memlock();
     let (facts, plan) = plan_for(&target, &args.probes)?;
     let mut attached = Attached::new(&plan, &facts, load_options(&prepared, &args))?;
-    let mut signals = Signals::new()?;
 
     let mut session = Session::new(&plan);
     let started_at = SystemTime::now();

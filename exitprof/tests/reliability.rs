@@ -18,7 +18,8 @@ use std::{
 use serde_json::Value;
 use support::{
     BpfIds, Started, assert_nothing_left, assert_unloaded, become_subreaper, children_of, exitprof,
-    exitprof_kprobe_events, num, require_root, tracefs_instances, wait_with_deadline,
+    exitprof_kprobe_events, num, require_root, tracefs_instances, wait_for_sigint_handler,
+    wait_with_deadline,
 };
 
 /// exitprof's JSON document on stdout.
@@ -75,6 +76,49 @@ fn sigint_stops_a_command_and_everything_it_started() {
     let args = ["--json", "--", "sh", "-c", "sleep 1000 & sleep 1001 & wait"];
     let doc = stop_mid_run(&args, libc::SIGINT);
     assert_eq!(doc["ended"], "signal");
+}
+
+#[test]
+fn a_signal_while_exitprof_loads_ends_the_run_with_its_report_and_leaves_nothing() {
+    require_root();
+    become_subreaper();
+    let programs_before = loaded_now().0;
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("run.json");
+    let args = ["--json", "--threads", "1000", "--reps", "1000", "--export"];
+    let child = exitprof()
+        .args(args)
+        .arg(&export)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("exitprof starts");
+    // Caught within a millisecond of its handlers, which come before it loads anything (that
+    // takes a tenth of a second or more).
+    wait_for_sigint_handler(child.id(), Duration::from_millis(1));
+    let held = BpfIds::held_by(child.id());
+    // SAFETY: our own child, not reaped yet.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    assert!(
+        held.programs.is_empty(),
+        "exitprof handled signals only once it held BPF programs {:?}: a signal while it \
+         loads would kill it where it stands",
+        held.programs
+    );
+    let out = wait_with_deadline(child, Duration::from_secs(60), "exitprof stopped early");
+    assert_status(&out, 128 + libc::SIGTERM);
+    assert_stderr_says(&out, "stopping the workload; partial results follow");
+    assert_eq!(document(&out)["partial"], true);
+    let exported: Value = serde_json::from_slice(&fs::read(&export).unwrap()).unwrap();
+    assert_eq!(exported["partial"], true, "the export does not say partial");
+    // The storm's driver, gated or running, was stopped and reaped: orphaned, it would be ours.
+    // SAFETY: waitpid on any child of ours, without blocking.
+    while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+    assert_eq!(children_of(std::process::id()), Vec::<u32>::new(), "the workload was left");
+    let left: Vec<u32> =
+        loaded_now().0.into_iter().filter(|p| !programs_before.contains(p)).collect();
+    assert!(left.is_empty(), "BPF programs {left:?} stayed loaded");
 }
 
 const DELAYACCT: &str = "/proc/sys/kernel/task_delayacct";

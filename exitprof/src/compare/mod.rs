@@ -86,6 +86,8 @@ impl Comparer {
                 .into());
             }
         };
+        // Before loading, as in a run: a signal from here on ends the comparison by its path.
+        let signals = Signals::new()?;
         run::preflight(exports)?;
         run::bump_memlock();
         let (facts, plan) = run::plan_for(&target, &args.run.probes)?;
@@ -102,7 +104,7 @@ impl Comparer {
             condition_options: args.condition,
             runs: args.runs,
             attached,
-            signals: Signals::new()?,
+            signals,
             started_at: SystemTime::now(),
             interrupted: None,
         };

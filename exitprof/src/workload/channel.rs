@@ -65,10 +65,11 @@ impl ParentEnd {
     pub fn report(mut self) -> io::Result<Option<DriverReport>> {
         self.0.set_nonblocking(true)?;
         let mut text = Vec::new();
-        if let Err(e) = self.0.read_to_end(&mut text)
-            && e.kind() != io::ErrorKind::WouldBlock
-        {
-            return Err(e);
+        match self.0.read_to_end(&mut text) {
+            // A child killed before it read its gate: its socket closed with our byte unread.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return Ok(None),
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
+            _ => {}
         }
         if text.is_empty() {
             return Ok(None);
@@ -109,5 +110,34 @@ impl ChildEnd {
     pub fn send(mut self, report: &DriverReport) -> io::Result<()> {
         let text = serde_json::to_string(report).map_err(io::Error::other)?;
         self.0.write_all(text.as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::IntoRawFd as _;
+
+    use super::*;
+
+    #[test]
+    fn a_report_comes_back_whole() {
+        let (mut parent, child) = pair().unwrap();
+        // SAFETY: the descriptor was just created and is handed over whole.
+        let mut child = unsafe { ChildEnd::from_raw_fd(child.into_raw_fd()) }.unwrap();
+        parent.open_gate().unwrap();
+        child.wait_gate().unwrap();
+        let sent = DriverReport { created: 3, exited: 2, staggers_ns: vec![1_500] };
+        child.send(&sent).unwrap();
+        assert_eq!(parent.report().unwrap(), Some(sent));
+    }
+
+    #[test]
+    fn a_child_gone_before_reading_its_gate_sent_no_report() {
+        let (mut parent, child) = pair().unwrap();
+        parent.open_gate().unwrap();
+        // Closed with the gate's byte unread, as when the child is killed at the gate: the
+        // kernel resets the connection.
+        drop(child);
+        assert_eq!(parent.report().unwrap(), None);
     }
 }

@@ -122,23 +122,25 @@ impl Watcher {
     }
 }
 
-/// Waits until `pid` handles SIGINT: its signal handlers are installed once the probes are
-/// attached, before the workload starts.
-pub fn wait_for_sigint_handler(pid: u32) {
+/// Whether `pid` has a handler for SIGINT (`SigCgt` in `/proc/PID/status`).
+pub fn handles_sigint(pid: u32) -> bool {
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).expect("exitprof is running");
+    let caught = status.lines().find_map(|l| l.strip_prefix("SigCgt:")).expect("SigCgt");
+    let mask = u64::from_str_radix(caught.trim(), 16).unwrap();
+    mask & (1 << (libc::SIGINT - 1)) != 0
+}
+
+/// Waits, polling every `poll`, until `pid` handles SIGINT: it installs its signal handlers
+/// first thing, before it loads and attaches its probes.
+pub fn wait_for_sigint_handler(pid: u32, poll: std::time::Duration) {
     let started = std::time::Instant::now();
-    loop {
-        let status =
-            std::fs::read_to_string(format!("/proc/{pid}/status")).expect("exitprof is running");
-        let caught = status.lines().find_map(|l| l.strip_prefix("SigCgt:")).expect("SigCgt");
-        let mask = u64::from_str_radix(caught.trim(), 16).unwrap();
-        if mask & (1 << (libc::SIGINT - 1)) != 0 {
-            return;
-        }
+    while !handles_sigint(pid) {
         assert!(
             started.elapsed() < std::time::Duration::from_secs(60),
             "exitprof never got to handling SIGINT"
         );
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(poll);
     }
 }
 
@@ -308,7 +310,7 @@ impl Started {
             .spawn()
             .expect("exitprof starts");
         let pid = child.id();
-        wait_for_sigint_handler(pid);
+        wait_for_sigint_handler(pid, std::time::Duration::from_millis(20));
         let started = std::time::Instant::now();
         let workload = loop {
             let children = children_of(pid);
