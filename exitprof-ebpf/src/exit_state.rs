@@ -93,7 +93,9 @@ pub fn hit_current(point: u8, opens: Opens) {
     if let Some(record) = EXITING.get_ptr_mut(pid) {
         // SAFETY: the entry belongs to the current task, and a task runs on one CPU at a time.
         let record = unsafe { &mut *record };
-        returned_unseen(record, now);
+        if returned_unseen(record, now) {
+            set_on_cpu_exit(pid);
+        }
         if is_start {
             count_loss(counters::STALE_RECORD);
             restart(record, tgid);
@@ -116,14 +118,15 @@ pub fn hit_current(point: u8, opens: Opens) {
 }
 
 /// The current task runs, so it is back on this CPU: if its record still says it is off-CPU,
-/// no `sched_switch` showed its return, and its interval closes now, late.
+/// no `sched_switch` showed its return, and its interval closes now, late. Whether it did.
 #[inline(always)]
-fn returned_unseen(record: &mut ExitRecord, now: u64) {
-    if record.off_since_ns != 0 {
-        count_loss(counters::UNSEEN_RETURN);
-        back_on_cpu(record, now);
-        set_on_cpu_exit(record.pid);
+fn returned_unseen(record: &mut ExitRecord, now: u64) -> bool {
+    if record.off_since_ns == 0 {
+        return false;
     }
+    count_loss(counters::UNSEEN_RETURN);
+    back_on_cpu(record, now);
+    true
 }
 
 /// Creates the `EXITING` entry of a task.

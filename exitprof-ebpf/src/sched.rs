@@ -46,27 +46,26 @@ fn task_pid(task: *const u8) -> Option<u32> {
 /// switch-out of an exiting task starts an off-CPU interval, which its next switch-in closes.
 ///
 /// This runs on every context switch of the machine, so it looks at its maps only when this
-/// CPU runs a followed exit, or some followed exit is switched out and may come back now.
+/// CPU runs a followed exit, a task leaves for good (a followed exit may have come back to
+/// this CPU unseen), or some followed exit is switched out and may come back now.
 #[btf_tracepoint]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     let Some(on_cpu) = ON_CPU_EXIT.get_ptr_mut(0) else { return 0 };
     // SAFETY: a per-CPU slot, touched only by programs on this CPU.
     let on_cpu = unsafe { &mut *on_cpu };
     let prev_state: u32 = ctx.arg(3);
+    let dead = prev_state & TASK_DEAD != 0;
     let mut now = 0;
-    if *on_cpu != 0 || prev_state & TASK_DEAD != 0 {
+    if *on_cpu != 0 || dead {
         let prev_pid = bpf_get_current_pid_tgid() as u32;
-        if *on_cpu != 0 && *on_cpu == prev_pid {
-            *on_cpu = 0;
-            now = now_ns();
-            switch_out(&ctx, prev_pid, prev_state, now);
-        } else if prev_state & TASK_DEAD != 0
+        // The slot names the task running here, which leaves now; any other name is stale.
+        let followed = *on_cpu == prev_pid;
+        *on_cpu = 0;
+        if (followed || dead)
             && let Some(record) = EXITING.get_ptr_mut(prev_pid)
         {
-            // A followed exit whose return to this CPU no sched_switch showed: its end is
-            // still its end.
             now = now_ns();
-            finish_exit(prev_pid, record, marker_code(Marker::FinalSwitch), now);
+            switch_out(&ctx, prev_pid, record, prev_state, now);
         }
     }
     if off_cpu_exits() > 0 {
@@ -88,10 +87,16 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
-/// The followed, exiting task `pid` leaves this CPU: for good in `TASK_DEAD`, else for a while.
+/// The followed, exiting task `pid`, whose entry is `record`, leaves this CPU: for good in
+/// `TASK_DEAD`, else for a while.
 #[inline(always)]
-fn switch_out(ctx: &BtfTracePointContext, pid: u32, prev_state: u32, now: u64) {
-    let Some(record) = EXITING.get_ptr_mut(pid) else { return };
+fn switch_out(
+    ctx: &BtfTracePointContext,
+    pid: u32,
+    record: *mut ExitRecord,
+    prev_state: u32,
+    now: u64,
+) {
     if prev_state & TASK_DEAD != 0 {
         finish_exit(pid, record, marker_code(Marker::FinalSwitch), now);
     } else {
