@@ -275,7 +275,7 @@ pub fn sys_exit_wait4(ctx: TracePointContext) -> u32 {
     let ret: i64 = unsafe { ctx.read_at(16) }.unwrap_or(-1);
     // The child is gone: when exits are chosen by name, every reap is sent, and those of other
     // children join no exit.
-    if ret > 0 && (is_followed(ret as u32) || follows_by_name()) {
+    if ret > 0 && (follows_by_name() || is_followed(ret as u32)) {
         let now = now_ns();
         emit(DeferredKind::Reap, now, now, ret as u64, 0);
     }

@@ -66,8 +66,10 @@ pub struct KernelLosses {
     /// Exits whose record was dropped because a new exit with the same thread id started
     /// before their end was seen.
     pub stale_records: u64,
-    /// Not a loss: followed exits back on a CPU without a `sched_switch` showing it, whose
-    /// off-CPU interval therefore closed late (at their next probe point).
+    /// Not a loss, so not among them in the document: followed exits back on a CPU without a
+    /// `sched_switch` showing it, whose off-CPU interval therefore closed late (at their next
+    /// probe point or their final switch-out).
+    #[serde(skip)]
     pub unseen_returns: u64,
 }
 

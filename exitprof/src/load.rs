@@ -54,25 +54,8 @@ pub struct Probes {
     programs: Vec<String>,
 }
 
-impl Probes {
-    /// Probe hits the kernel dropped: kprobe misses (e.g. kretprobe instances exhausted) plus
-    /// program runs skipped because another BPF program was running on the CPU.
-    pub fn misses(&self) -> anyhow::Result<u64> {
-        let mut misses = 0;
-        for event in &self.kprobes {
-            misses += event.profile().context("reading kprobe_profile")?.1;
-        }
-        for name in &self.programs {
-            let program = self.ebpf.program(name).context("program vanished")?;
-            misses += prog_stats::recursion_misses(program.fd()?.as_fd())
-                .with_context(|| format!("reading the statistics of program {name}"))?;
-        }
-        Ok(misses)
-    }
-}
-
 /// What the kernel measured of one attached program while BPF statistics were on.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Debug)]
 pub struct ProgramCost {
     pub program: String,
     /// Times it ran.
@@ -82,21 +65,35 @@ pub struct ProgramCost {
 }
 
 impl Probes {
+    /// Probe hits the kernel dropped: kprobe misses (e.g. kretprobe instances exhausted) plus
+    /// program runs skipped because another BPF program was running on the CPU.
+    pub fn misses(&self) -> anyhow::Result<u64> {
+        let mut misses = 0;
+        for event in &self.kprobes {
+            misses += event.profile().context("reading kprobe_profile")?.1;
+        }
+        for name in &self.programs {
+            misses += self.stats(name)?.recursion_misses;
+        }
+        Ok(misses)
+    }
+
     /// Runs and run time of every attached program (counted only while BPF statistics are
     /// enabled, see [`aya::sys::enable_stats`]).
     pub fn costs(&self) -> anyhow::Result<Vec<ProgramCost>> {
         self.programs
             .iter()
             .map(|name| {
-                let program = self.ebpf.program(name).context("program vanished")?;
-                let info = program.info().with_context(|| format!("reading the info of {name}"))?;
-                Ok(ProgramCost {
-                    program: name.clone(),
-                    runs: info.run_count(),
-                    run_ns: info.run_time().as_nanos() as u64,
-                })
+                let stats = self.stats(name)?;
+                Ok(ProgramCost { program: name.clone(), runs: stats.runs, run_ns: stats.run_ns })
             })
             .collect()
+    }
+
+    fn stats(&self, name: &str) -> anyhow::Result<prog_stats::ProgStats> {
+        let program = self.ebpf.program(name).context("program vanished")?;
+        prog_stats::read(program.fd()?.as_fd())
+            .with_context(|| format!("reading the statistics of program {name}"))
     }
 }
 

@@ -1,13 +1,20 @@
-//! Per-program counters the kernel keeps: how often a program could not run because another BPF
-//! program was already running on that CPU (`recursion_misses`, v5.12+). aya does not expose
-//! this field of `bpf_prog_info`, so it is read here.
+//! Per-program counters the kernel keeps in `bpf_prog_info`: runs and run time (counted while
+//! BPF statistics are on) and how often a program could not run because another BPF program was
+//! already running on that CPU (`recursion_misses`, v5.12+, which aya does not expose).
 
 use std::{io, os::fd::BorrowedFd};
 
 use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_info};
 
-/// `bpf_prog_info.recursion_misses` of a loaded program.
-pub fn recursion_misses(program: BorrowedFd<'_>) -> io::Result<u64> {
+/// A loaded program's counters.
+pub struct ProgStats {
+    pub runs: u64,
+    pub run_ns: u64,
+    pub recursion_misses: u64,
+}
+
+/// Reads `program`'s counters.
+pub fn read(program: BorrowedFd<'_>) -> io::Result<ProgStats> {
     use std::os::fd::AsRawFd as _;
     // SAFETY: plain-data kernel ABI structs, valid when zeroed.
     let mut info: bpf_prog_info = unsafe { std::mem::zeroed() };
@@ -28,5 +35,9 @@ pub fn recursion_misses(program: BorrowedFd<'_>) -> io::Result<u64> {
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(info.recursion_misses)
+    Ok(ProgStats {
+        runs: info.run_cnt,
+        run_ns: info.run_time_ns,
+        recursion_misses: info.recursion_misses,
+    })
 }

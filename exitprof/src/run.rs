@@ -95,7 +95,7 @@ pub enum Ended {
     Signal,
 }
 
-/// Every way an exit can be missing from the profile.
+/// Every way an exit, or a part of one, can be missing from the profile.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct Losses {
     #[serde(flatten)]
@@ -118,7 +118,7 @@ impl Losses {
     }
 
     /// Every cause: (JSON key, what it means, count).
-    pub fn by_cause(&self) -> [(&'static str, &'static str, u64); 10] {
+    pub fn by_cause(&self) -> [(&'static str, &'static str, u64); 9] {
         [
             ("ringbuf_full", "ring buffer full", self.kernel.ringbuf_full),
             ("state_map_full", "state map full", self.kernel.state_map_full),
@@ -132,11 +132,6 @@ impl Losses {
                 "deferred_ringbuf_full",
                 "deferred-work records dropped",
                 self.kernel.deferred_ringbuf_full,
-            ),
-            (
-                "unseen_returns",
-                "returns to a CPU no sched_switch showed (off-CPU time closed late)",
-                self.kernel.unseen_returns,
             ),
         ]
     }

@@ -113,8 +113,9 @@ pub fn encode(set: &ExportSet) -> Vec<u8> {
         &mut out,
         losses,
         "counter",
-        "Records lost, by cause: exits (ringbuf_full, state_map_full, undecodable, unfinished), \
-         probe hits (hits), followed forks (tracked_map_full).",
+        "Records lost, by cause: exits (ringbuf_full, state_map_full, stale_records, \
+         undecodable, unfinished), probe hits (hits, probe_misses), followed forks \
+         (tracked_map_full), deferred-work records (deferred_ringbuf_full).",
     );
     for run in &set.runs {
         for (cause, n) in &run.losses {

@@ -36,6 +36,9 @@ pub struct RunDocument {
     /// Exits with no start marker, timed from the first exit-only point they reached (no start
     /// probe covered their path, e.g. with the syscall tracepoints off).
     pub late_starts: u64,
+    /// Followed exits back on a CPU without a `sched_switch` showing it: their off-CPU
+    /// interval closed late, at their next probe point or their end.
+    pub unseen_returns: u64,
     /// Tasks the storm's drivers created (`null` when exitprof does not drive the target).
     pub tasks_created: Option<u64>,
     /// Exits lost, all causes together (`losses` has them apart).
@@ -242,6 +245,7 @@ impl RunDocument {
             exits_expected: run.expected_exits,
             exits_recorded: recorded,
             late_starts: run.profile.late_starts,
+            unseen_returns: run.losses.kernel.unseen_returns,
             tasks_created: report.map(|r| r.created),
             lost: run.losses.exits(),
             losses: run.losses,

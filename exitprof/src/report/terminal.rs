@@ -57,6 +57,14 @@ pub fn render(doc: &RunDocument) -> String {
             "note:", doc.late_starts
         );
     }
+    if doc.unseen_returns > 0 {
+        let _ = writeln!(
+            out,
+            "{:<9} {} times a followed exit was back on a CPU with no sched_switch showing it: \
+             its off-CPU interval closed late, at its next probe point",
+            "note:", doc.unseen_returns
+        );
+    }
     out.push('\n');
     out.push_str(&stage_table(doc).to_string());
     out.push('\n');
@@ -71,20 +79,20 @@ pub fn render(doc: &RunDocument) -> String {
 
 /// exitprof's own cost in the kernel (--bpf-stats).
 fn kernel_cost_table(cost: &KernelCostDoc) -> String {
-    let per_exit = |ns: Option<f64>| ns.map_or_else(|| "-".to_owned(), fmt_ns);
+    let or_dash = |ns: Option<f64>| ns.map_or_else(|| "-".to_owned(), fmt_ns);
     let mut table = TextTable::new(["eBPF program", "runs", "per run", "per exit"]).figures_right();
     for p in &cost.programs {
         table.add_row([
             p.program.clone(),
             p.runs.to_string(),
-            per_exit(p.ns_per_run),
-            per_exit(p.ns_per_exit),
+            or_dash(p.ns_per_run),
+            or_dash(p.ns_per_exit),
         ]);
     }
     format!(
         "\nexitprof in the kernel (BPF run-time statistics): {} per exit recorded, {} runs, {} \
          in all\n{table}\n",
-        per_exit(cost.ns_per_exit),
+        or_dash(cost.ns_per_exit),
         cost.runs,
         fmt_ns(cost.run_ns as f64)
     )
