@@ -67,13 +67,15 @@ pub struct Finished {
 
 /// Runs `cmd` to completion with its stdout inherited; fails unless it exits with status 0.
 pub fn measure(cmd: &mut Command) -> anyhow::Result<Usage> {
+    let started = Instant::now();
     let child = cmd.spawn().with_context(|| format!("starting {cmd:?}"))?;
-    reap(child.id(), cmd)
+    reap(child.id(), started, cmd)
 }
 
 /// Runs `cmd` to completion, capturing its stdout and, with `watch_rss`, sampling its own peak
 /// RSS; fails unless it exits with status 0.
 pub fn measure_captured(cmd: &mut Command, watch_rss: bool) -> anyhow::Result<Finished> {
+    let started = Instant::now();
     let mut child =
         cmd.stdout(Stdio::piped()).spawn().with_context(|| format!("starting {cmd:?}"))?;
     let mut pipe = child.stdout.take().context("the child's stdout")?;
@@ -82,16 +84,15 @@ pub fn measure_captured(cmd: &mut Command, watch_rss: bool) -> anyhow::Result<Fi
         pipe.read_to_string(&mut out).map(|_| out)
     });
     let sampler = watch_rss.then(|| RssSampler::start(child.id())).transpose()?;
-    let usage = reap(child.id(), cmd);
+    let usage = reap(child.id(), started, cmd);
     let peak_rss_kib = sampler.and_then(RssSampler::stop);
     let stdout = reader.join().expect("the stdout reader does not panic");
     let usage = usage?;
     Ok(Finished { usage, stdout: stdout.context("reading the child's stdout")?, peak_rss_kib })
 }
 
-/// Waits for our child `pid`; fails unless it exited with status 0.
-fn reap(pid: u32, cmd: &Command) -> anyhow::Result<Usage> {
-    let started = Instant::now();
+/// Waits for our child `pid`, spawned at `started`; fails unless it exited with status 0.
+fn reap(pid: u32, started: Instant, cmd: &Command) -> anyhow::Result<Usage> {
     let mut status = 0;
     // SAFETY: rusage is plain data, filled in by the kernel.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
