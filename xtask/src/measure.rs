@@ -45,15 +45,20 @@ impl Usage {
         }
     }
 
-    /// Each figure over `base`'s (NaN or infinite where `base` measured none: rusage counts in
-    /// clock ticks).
+    /// Each figure over `base`'s, NaN where `base` measured none (see `ratio`).
     pub fn ratio_to(self, base: Self) -> Self {
         Self {
-            elapsed: self.elapsed / base.elapsed,
-            user: self.user / base.user,
-            sys: self.sys / base.sys,
+            elapsed: ratio(self.elapsed, base.elapsed),
+            user: ratio(self.user, base.user),
+            sys: ratio(self.sys, base.sys),
         }
     }
+}
+
+/// `a / b`, or NaN when `b` measured no time (rusage counts in clock ticks, so a short run can
+/// show none).
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { f64::NAN }
 }
 
 /// A finished process: its usage, its stdout, and its own peak RSS when it was watched.
@@ -184,6 +189,14 @@ mod tests {
         assert_eq!(median([3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median([4.0, 1.0, 3.0, 2.0]), 2.5);
         assert!(median([]).is_nan());
+    }
+
+    #[test]
+    fn a_ratio_over_no_time_is_nan() {
+        let base = Usage { elapsed: 2.0, user: 0.0, sys: 1.0 };
+        let ratio = Usage { elapsed: 3.0, user: 0.5, sys: 0.0 }.ratio_to(base);
+        assert_eq!((ratio.elapsed, ratio.sys), (1.5, 0.0));
+        assert!(ratio.user.is_nan());
     }
 
     #[test]
