@@ -6,14 +6,14 @@
 //! reap, user and sys from `wait4`. Runs alternate (reference, driver, reference, ...) so that
 //! the machine's noise falls on both; the table shows medians and the driver/reference ratios.
 
-use std::{fmt::Write as _, fs, path::Path, process::Command};
+use std::{fmt::Write as _, fs, path::Path};
 
 use anyhow::Context as _;
 use clap::Args;
 
 use crate::{
     command::{cargo, workspace_root},
-    measure::{Usage, compile_c, measure},
+    measure::{Usage, compile_c, measure_argv},
     setup,
 };
 
@@ -84,12 +84,12 @@ pub fn bench_driver(args: &BenchArgs) -> anyhow::Result<()> {
     for case in &cases {
         eprintln!("bench-driver: {} ({} runs each, alternating)", case.name, args.runs);
         // One unmeasured run each: page cache, stack caches.
-        run_argv(&case.reference)?;
-        run_argv(&case.driver)?;
+        measure_argv(&case.reference)?;
+        measure_argv(&case.driver)?;
         let (mut reference, mut driver) = (Vec::new(), Vec::new());
         for _ in 0..args.runs {
-            reference.push(run_argv(&case.reference)?);
-            driver.push(run_argv(&case.driver)?);
+            reference.push(measure_argv(&case.reference)?);
+            driver.push(measure_argv(&case.driver)?);
         }
         let (reference, driver) = (Usage::medians(&reference), Usage::medians(&driver));
         rows.push(Row { case, reference, driver, ratio: driver.ratio_to(reference) });
@@ -112,11 +112,6 @@ pub fn bench_driver(args: &BenchArgs) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", path.display()))?;
     eprintln!("bench-driver: wrote {}", path.display());
     Ok(())
-}
-
-/// Runs `argv` to completion, measured.
-fn run_argv(argv: &[String]) -> anyhow::Result<Usage> {
-    measure(Command::new(&argv[0]).args(&argv[1..]))
 }
 
 fn table(rows: &[Row], runs: u32) -> String {

@@ -77,6 +77,13 @@ pub fn measure(cmd: &mut Command) -> anyhow::Result<Usage> {
     reap(child.id(), started, cmd)
 }
 
+/// Runs the command line `argv` to completion with its stdout inherited; fails unless it exits
+/// with status 0.
+pub fn measure_argv(argv: &[String]) -> anyhow::Result<Usage> {
+    let (program, args) = argv.split_first().context("an empty command line")?;
+    measure(Command::new(program).args(args))
+}
+
 /// Runs `cmd` to completion, capturing its stdout and, with `watch_rss`, sampling its own peak
 /// RSS; fails unless it exits with status 0.
 pub fn measure_captured(cmd: &mut Command, watch_rss: bool) -> anyhow::Result<Finished> {

@@ -7,12 +7,12 @@
 //! is attached to. Two C programs show each at full scale: a pipe ping-pong pinned to one CPU
 //! (two context switches and four system calls per round trip) and a loop of `getppid`.
 
-use std::{path::Path, process::Command};
+use std::path::Path;
 
 use serde::Serialize;
 
 use super::exitprof::{Exitprof, KernelCost};
-use crate::measure::{Usage, compile_c, measure};
+use crate::measure::{Usage, compile_c, measure_argv};
 
 /// Round trips of the ping-pong.
 const PINGPONG_TRIPS: u64 = 200_000;
@@ -32,7 +32,7 @@ struct Workload {
 
 impl Workload {
     fn run(&self) -> anyhow::Result<Usage> {
-        measure(Command::new(&self.argv[0]).args(&self.argv[1..]))
+        measure_argv(&self.argv)
     }
 }
 
