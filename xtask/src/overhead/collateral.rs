@@ -144,6 +144,5 @@ fn idle_sched_switch(exitprof: &Exitprof, pingpong: &Workload) -> anyhow::Result
 
 /// A program's ns per run, when it ran.
 pub fn ns_per_run(cost: &KernelCost, program: &str) -> Option<f64> {
-    let p = cost.programs.iter().find(|p| p.program == program)?;
-    (p.runs > 0).then(|| p.run_ns as f64 / p.runs as f64)
+    cost.programs.iter().find(|p| p.program == program)?.ns_per_run
 }

@@ -112,14 +112,18 @@ impl RunDoc {
 #[derive(Debug, Deserialize)]
 pub struct KernelCost {
     pub programs: Vec<ProgramCost>,
-    pub run_ns: u64,
+    /// All programs' run time over the exits recorded; `None` without exits.
+    pub ns_per_exit: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
 pub struct ProgramCost {
     pub program: String,
     pub runs: u64,
-    pub run_ns: u64,
+    /// `None` when it never ran.
+    pub ns_per_run: Option<f64>,
+    /// `None` without exits.
+    pub ns_per_exit: Option<f64>,
 }
 
 /// The parts of `compare --json` the benchmark reads.
