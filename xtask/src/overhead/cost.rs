@@ -133,13 +133,11 @@ fn process_cost(
     plain: &[Profiled],
     fixed: &[Profiled],
 ) -> anyhow::Result<ProcessCost> {
-    let own_cpu = |run: &Profiled| -> anyhow::Result<f64> {
-        Ok(run.process.usage.cpu() - run.doc.storm_cpu_s()?)
+    let cpu = |runs: &[Profiled]| -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+        runs.iter().map(own_and_storm_cpu).collect()
     };
-    let whole = plain.iter().map(own_cpu).collect::<anyhow::Result<Vec<_>>>()?;
-    let fixed_cpu = fixed.iter().map(own_cpu).collect::<anyhow::Result<Vec<_>>>()?;
-    let storm_cpu =
-        plain.iter().map(|r| r.doc.storm_cpu_s()).collect::<anyhow::Result<Vec<_>>>()?;
+    let (whole, storm_cpu) = cpu(plain)?;
+    let (fixed_cpu, _) = cpu(fixed)?;
     let collecting = median(
         plain.iter().map(|r| r.doc.exitprof.collecting.user_s + r.doc.exitprof.collecting.sys_s),
     );
@@ -160,4 +158,11 @@ fn process_cost(
         lost: plain.iter().map(|r| r.doc.exits_lost()).sum(),
         exit_rate: median(plain.iter().map(|r| r.doc.exit_rate)),
     })
+}
+
+/// A profiled run's CPU time (s): exitprof's own (its process's, the storm's taken off) and the
+/// storm's.
+fn own_and_storm_cpu(run: &Profiled) -> anyhow::Result<(f64, f64)> {
+    let storm = run.doc.storm_cpu_s()?;
+    Ok((run.process.usage.cpu() - storm, storm))
 }
