@@ -64,13 +64,14 @@ fn words(s: &str) -> Vec<String> {
     s.split_whitespace().map(str::to_owned).collect()
 }
 
-/// The parts of exitprof's `--json` run document the benchmark reads.
+/// The parts of exitprof's `--json` run document the benchmarks read.
 #[derive(Debug, Deserialize)]
 pub struct RunDoc {
     pub kernel: String,
     pub exits_expected: Option<u64>,
     pub exits_recorded: u64,
     pub lost: u64,
+    pub elapsed_s: f64,
     pub user_s: Option<f64>,
     pub sys_s: Option<f64>,
     pub exit_rate: f64,
@@ -81,8 +82,13 @@ pub struct RunDoc {
 /// `exitprof` of the run document: what exitprof's process used, by its own `getrusage`.
 #[derive(Debug, Deserialize)]
 pub struct OwnCost {
+    /// Over the whole run.
+    #[serde(flatten)]
+    pub cpu: CpuTime,
     /// While the storm ran and its last records came in.
     pub collecting: CpuTime,
+    /// Its peak resident memory, in bytes; `None` where exitprof could not read it.
+    pub peak_rss_bytes: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
