@@ -3,7 +3,7 @@
 
 use std::{
     fs::File,
-    io::Read as _,
+    io::{self, Read},
     os::unix::fs::FileExt as _,
     path::{Path, PathBuf},
     process::{Command, Stdio},
@@ -90,17 +90,24 @@ pub fn measure_captured(cmd: &mut Command, watch_rss: bool) -> anyhow::Result<Fi
     let started = Instant::now();
     let mut child =
         cmd.stdout(Stdio::piped()).spawn().with_context(|| format!("starting {cmd:?}"))?;
-    let mut pipe = child.stdout.take().context("the child's stdout")?;
-    let reader = thread::spawn(move || {
-        let mut out = String::new();
-        pipe.read_to_string(&mut out).map(|_| out)
-    });
+    let reader = read_in_background(child.stdout.take().context("the child's stdout")?);
     let sampler = watch_rss.then(|| RssSampler::start(child.id())).transpose()?;
     let usage = reap(child.id(), started, cmd);
     let peak_rss_kib = sampler.and_then(RssSampler::stop);
     let stdout = reader.join().expect("the stdout reader does not panic");
     let usage = usage?;
     Ok(Finished { usage, stdout: stdout.context("reading the child's stdout")?, peak_rss_kib })
+}
+
+/// Reads `pipe` to its end on a thread of its own, so that the child never blocks on a full
+/// pipe while we wait for it.
+pub fn read_in_background(
+    mut pipe: impl Read + Send + 'static,
+) -> thread::JoinHandle<io::Result<String>> {
+    thread::spawn(move || {
+        let mut out = String::new();
+        pipe.read_to_string(&mut out).map(|_| out)
+    })
 }
 
 /// Waits for our child `pid`, spawned at `started`; fails unless it exited with status 0.

@@ -2,7 +2,7 @@
 //! and exitprof attached in the background to a target that never exits.
 
 use std::{
-    io::{BufRead as _, BufReader, Read as _},
+    io::{BufRead as _, BufReader},
     path::PathBuf,
     process::{Child, Command, Stdio},
     sync::mpsc,
@@ -13,7 +13,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use serde::Deserialize;
 
-use crate::measure::{Finished, measure_captured};
+use crate::measure::{Finished, measure_captured, read_in_background};
 
 /// The name `--comm` watches while exitprof sits attached without a target: no task has it.
 const NOBODY: &str = "no-such-task";
@@ -206,14 +206,9 @@ impl Exitprof {
             .spawn()
             .with_context(|| format!("starting {}", self.binary.display()))?;
         let stderr = child.stderr.take().context("exitprof's stderr")?;
-        let mut stdout = child.stdout.take().context("exitprof's stdout")?;
-        let mut watching = Watching {
-            child: Some(child),
-            stdout: Some(thread::spawn(move || {
-                let mut out = String::new();
-                stdout.read_to_string(&mut out).map(|_| out)
-            })),
-        };
+        let stdout = child.stdout.take().context("exitprof's stdout")?;
+        let mut watching =
+            Watching { child: Some(child), stdout: Some(read_in_background(stdout)) };
         // Everything exitprof says goes on to the benchmark's stderr; the line that says it
         // watches means its probes are attached.
         let (ready, attached) = mpsc::channel();
