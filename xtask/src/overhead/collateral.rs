@@ -11,7 +11,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::exitprof::{Exitprof, KernelCost};
+use super::exitprof::{Exitprof, KernelCost, NOBODY};
 use crate::measure::{Usage, compile_c, measure_argv};
 
 /// Round trips of the ping-pong.
@@ -54,7 +54,7 @@ pub struct Collateral {
 /// Everything the collateral benchmark found.
 #[derive(Debug, Serialize)]
 pub struct CollateralReport {
-    pub attached_to: &'static str,
+    pub attached_to: String,
     pub workloads: Vec<Collateral>,
     /// `sched_switch` when nothing exits: what the kernel's BPF statistics counted during one
     /// more ping-pong, in ns per run.
@@ -128,7 +128,7 @@ pub fn measure_all(
         })
         .collect();
     Ok(CollateralReport {
-        attached_to: "--comm no-such-task",
+        attached_to: format!("--comm {NOBODY}"),
         workloads: results,
         idle_sched_switch_ns_per_run: idle_sched_switch(exitprof, &workloads[0])?,
     })

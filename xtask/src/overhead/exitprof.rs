@@ -16,7 +16,7 @@ use serde::Deserialize;
 use crate::measure::{Finished, measure_captured, read_in_background};
 
 /// The name `--comm` watches while exitprof sits attached without a target: no task has it.
-const NOBODY: &str = "no-such-task";
+pub const NOBODY: &str = "no-such-task";
 
 /// What exitprof prints on stderr once its probes are attached and it watches.
 const WATCHING: &str = "exitprof: watching";
