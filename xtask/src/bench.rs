@@ -6,14 +6,14 @@
 //! reap, user and sys from `wait4`. Runs alternate (reference, driver, reference, ...) so that
 //! the machine's noise falls on both; the table shows medians and the driver/reference ratios.
 
-use std::{fmt::Write as _, fs, path::Path, process::Command};
+use std::{fmt::Write as _, fs, path::Path};
 
 use anyhow::Context as _;
 use clap::Args;
 
 use crate::{
     command::{cargo, workspace_root},
-    measure::{Usage, compile_c, measure},
+    measure::{Usage, compile_c, measure_argv},
     setup,
 };
 
@@ -29,6 +29,14 @@ struct Case {
     name: &'static str,
     reference: Vec<String>,
     driver: Vec<String>,
+}
+
+/// A case's medians, and the driver's over the reference's.
+struct Row<'a> {
+    case: &'a Case,
+    reference: Usage,
+    driver: Usage,
+    ratio: Usage,
 }
 
 pub fn bench_driver(args: &BenchArgs) -> anyhow::Result<()> {
@@ -76,30 +84,27 @@ pub fn bench_driver(args: &BenchArgs) -> anyhow::Result<()> {
     for case in &cases {
         eprintln!("bench-driver: {} ({} runs each, alternating)", case.name, args.runs);
         // One unmeasured run each: page cache, stack caches.
-        run_argv(&case.reference)?;
-        run_argv(&case.driver)?;
+        measure_argv(&case.reference)?;
+        measure_argv(&case.driver)?;
         let (mut reference, mut driver) = (Vec::new(), Vec::new());
         for _ in 0..args.runs {
-            reference.push(run_argv(&case.reference)?);
-            driver.push(run_argv(&case.driver)?);
+            reference.push(measure_argv(&case.reference)?);
+            driver.push(measure_argv(&case.driver)?);
         }
-        rows.push((case, Usage::medians(&reference), Usage::medians(&driver)));
+        let (reference, driver) = (Usage::medians(&reference), Usage::medians(&driver));
+        rows.push(Row { case, reference, driver, ratio: driver.ratio_to(reference) });
     }
 
     print!("{}", table(&rows, args.runs));
     let json = serde_json::json!({
         "runs": args.runs,
-        "cases": rows.iter().map(|(case, r, d)| serde_json::json!({
-            "name": case.name,
-            "reference": case.reference.join(" "),
-            "driver": case.driver.join(" "),
-            "reference_median_s": { "elapsed": r.elapsed, "user": r.user, "sys": r.sys },
-            "driver_median_s": { "elapsed": d.elapsed, "user": d.user, "sys": d.sys },
-            "ratio": {
-                "elapsed": d.elapsed / r.elapsed,
-                "user": ratio(d.user, r.user),
-                "sys": ratio(d.sys, r.sys),
-            },
+        "cases": rows.iter().map(|row| serde_json::json!({
+            "name": row.case.name,
+            "reference": row.case.reference.join(" "),
+            "driver": row.case.driver.join(" "),
+            "reference_median_s": row.reference,
+            "driver_median_s": row.driver,
+            "ratio": row.ratio,
         })).collect::<Vec<_>>(),
     });
     let path = root.join("target/bench-driver.json");
@@ -109,17 +114,7 @@ pub fn bench_driver(args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs `argv` to completion, measured.
-fn run_argv(argv: &[String]) -> anyhow::Result<Usage> {
-    measure(Command::new(&argv[0]).args(&argv[1..]))
-}
-
-/// `a / b`, or NaN when the reference used no measurable time (rusage ticks are coarse).
-fn ratio(a: f64, b: f64) -> f64 {
-    if b > 0.0 { a / b } else { f64::NAN }
-}
-
-fn table(rows: &[(&Case, Usage, Usage)], runs: u32) -> String {
+fn table(rows: &[Row], runs: u32) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -135,20 +130,20 @@ fn table(rows: &[(&Case, Usage, Usage)], runs: u32) -> String {
         "{:<27} {:>9} {:>9} {:>7}   {:>7} {:>7} {:>6}   {:>7} {:>7} {:>6}",
         "", "C", "exitprof", "", "C", "exitprof", "", "C", "exitprof", ""
     );
-    for (case, r, d) in rows {
+    for Row { case, reference: r, driver: d, ratio } in rows {
         let _ = writeln!(
             out,
             "{:<27} {:>9.3} {:>9.3} {:>7.3}   {:>7.3} {:>7.3} {:>6.2}   {:>7.3} {:>7.3} {:>6.2}",
             case.name,
             r.elapsed,
             d.elapsed,
-            d.elapsed / r.elapsed,
+            ratio.elapsed,
             r.user,
             d.user,
-            ratio(d.user, r.user),
+            ratio.user,
             r.sys,
             d.sys,
-            ratio(d.sys, r.sys),
+            ratio.sys,
         );
     }
     out

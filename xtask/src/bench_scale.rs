@@ -7,10 +7,10 @@ use std::{fmt::Write as _, fs};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use serde_json::Value;
 
 use crate::{
     command::{cargo, output, root_command, workspace_root},
+    overhead::RunDoc,
     setup,
 };
 
@@ -52,7 +52,7 @@ pub fn bench_scale(args: &ScaleArgs) -> anyhow::Result<()> {
         eprintln!("bench-scale: {THREADS} threads x {reps} reps, no stagger");
         let storm = ["--threads", &THREADS.to_string(), "--reps", &reps, "--stagger-us", "0"];
         let mut cmd = root_command(&exitprof, &[&["--json"][..], &storm].concat())?;
-        let doc: Value = serde_json::from_str(&output(&mut cmd)?).context("exitprof's report")?;
+        let doc: RunDoc = serde_json::from_str(&output(&mut cmd)?).context("exitprof's report")?;
         rows.push(Row::read(&doc).context("exitprof's report lacks a figure")?);
     }
     print!("{}", table(&rows));
@@ -100,17 +100,17 @@ pub fn bench_scale(args: &ScaleArgs) -> anyhow::Result<()> {
 }
 
 impl Row {
-    fn read(doc: &Value) -> Option<Self> {
-        let int = |key: &str| doc[key].as_u64();
-        let num = |v: &Value, key: &str| v[key].as_f64();
-        let own = &doc["exitprof"];
+    /// `None` where the report has no figure: exitprof did not drive the storm, or could not
+    /// read its own peak RSS.
+    fn read(doc: &RunDoc) -> Option<Self> {
+        let own = &doc.exitprof;
         Some(Self {
-            expected: int("exits_expected")?,
-            recorded: int("exits_recorded")?,
-            lost: int("lost")?,
-            storm: [num(doc, "elapsed_s")?, num(doc, "user_s")?, num(doc, "sys_s")?],
-            own_cpu: [num(own, "user_s")?, num(own, "sys_s")?],
-            own_peak: own["peak_rss_bytes"].as_u64()?,
+            expected: doc.exits_expected?,
+            recorded: doc.exits_recorded,
+            lost: doc.lost,
+            storm: [doc.elapsed_s, doc.user_s?, doc.sys_s?],
+            own_cpu: [own.cpu.user_s, own.cpu.sys_s],
+            own_peak: own.peak_rss_bytes?,
         })
     }
 }

@@ -3,7 +3,7 @@
 
 use std::{
     fs::File,
-    io::Read as _,
+    io::{self, Read},
     os::unix::fs::FileExt as _,
     path::{Path, PathBuf},
     process::{Command, Stdio},
@@ -45,15 +45,20 @@ impl Usage {
         }
     }
 
-    /// Each figure over `base`'s (NaN or infinite where `base` measured none: rusage counts in
-    /// clock ticks).
+    /// Each figure over `base`'s, NaN where `base` measured none (see `ratio`).
     pub fn ratio_to(self, base: Self) -> Self {
         Self {
-            elapsed: self.elapsed / base.elapsed,
-            user: self.user / base.user,
-            sys: self.sys / base.sys,
+            elapsed: ratio(self.elapsed, base.elapsed),
+            user: ratio(self.user, base.user),
+            sys: ratio(self.sys, base.sys),
         }
     }
+}
+
+/// `a / b`, or NaN when `b` measured no time (rusage counts in clock ticks, so a short run can
+/// show none).
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { f64::NAN }
 }
 
 /// A finished process: its usage, its stdout, and its own peak RSS when it was watched.
@@ -67,31 +72,46 @@ pub struct Finished {
 
 /// Runs `cmd` to completion with its stdout inherited; fails unless it exits with status 0.
 pub fn measure(cmd: &mut Command) -> anyhow::Result<Usage> {
+    let started = Instant::now();
     let child = cmd.spawn().with_context(|| format!("starting {cmd:?}"))?;
-    reap(child.id(), cmd)
+    reap(child.id(), started, cmd)
+}
+
+/// Runs the command line `argv` to completion with its stdout inherited; fails unless it exits
+/// with status 0.
+pub fn measure_argv(argv: &[String]) -> anyhow::Result<Usage> {
+    let (program, args) = argv.split_first().context("an empty command line")?;
+    measure(Command::new(program).args(args))
 }
 
 /// Runs `cmd` to completion, capturing its stdout and, with `watch_rss`, sampling its own peak
 /// RSS; fails unless it exits with status 0.
 pub fn measure_captured(cmd: &mut Command, watch_rss: bool) -> anyhow::Result<Finished> {
+    let started = Instant::now();
     let mut child =
         cmd.stdout(Stdio::piped()).spawn().with_context(|| format!("starting {cmd:?}"))?;
-    let mut pipe = child.stdout.take().context("the child's stdout")?;
-    let reader = thread::spawn(move || {
-        let mut out = String::new();
-        pipe.read_to_string(&mut out).map(|_| out)
-    });
+    let reader = read_in_background(child.stdout.take().context("the child's stdout")?);
     let sampler = watch_rss.then(|| RssSampler::start(child.id())).transpose()?;
-    let usage = reap(child.id(), cmd);
+    let usage = reap(child.id(), started, cmd);
     let peak_rss_kib = sampler.and_then(RssSampler::stop);
     let stdout = reader.join().expect("the stdout reader does not panic");
     let usage = usage?;
     Ok(Finished { usage, stdout: stdout.context("reading the child's stdout")?, peak_rss_kib })
 }
 
-/// Waits for our child `pid`; fails unless it exited with status 0.
-fn reap(pid: u32, cmd: &Command) -> anyhow::Result<Usage> {
-    let started = Instant::now();
+/// Reads `pipe` to its end on a thread of its own, so that the child never blocks on a full
+/// pipe while we wait for it.
+pub fn read_in_background(
+    mut pipe: impl Read + Send + 'static,
+) -> thread::JoinHandle<io::Result<String>> {
+    thread::spawn(move || {
+        let mut out = String::new();
+        pipe.read_to_string(&mut out).map(|_| out)
+    })
+}
+
+/// Waits for our child `pid`, spawned at `started`; fails unless it exited with status 0.
+fn reap(pid: u32, started: Instant, cmd: &Command) -> anyhow::Result<Usage> {
     let mut status = 0;
     // SAFETY: rusage is plain data, filled in by the kernel.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -183,6 +203,14 @@ mod tests {
         assert_eq!(median([3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median([4.0, 1.0, 3.0, 2.0]), 2.5);
         assert!(median([]).is_nan());
+    }
+
+    #[test]
+    fn a_ratio_over_no_time_is_nan() {
+        let base = Usage { elapsed: 2.0, user: 0.0, sys: 1.0 };
+        let ratio = Usage { elapsed: 3.0, user: 0.5, sys: 0.0 }.ratio_to(base);
+        assert_eq!((ratio.elapsed, ratio.sys), (1.5, 0.0));
+        assert!(ratio.user.is_nan());
     }
 
     #[test]

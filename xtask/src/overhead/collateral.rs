@@ -7,12 +7,12 @@
 //! is attached to. Two C programs show each at full scale: a pipe ping-pong pinned to one CPU
 //! (two context switches and four system calls per round trip) and a loop of `getppid`.
 
-use std::{path::Path, process::Command};
+use std::path::Path;
 
 use serde::Serialize;
 
-use super::exitprof::{Exitprof, KernelCost};
-use crate::measure::{Usage, compile_c, measure};
+use super::exitprof::{Exitprof, KernelCost, NOBODY};
+use crate::measure::{Usage, compile_c, measure_argv};
 
 /// Round trips of the ping-pong.
 const PINGPONG_TRIPS: u64 = 200_000;
@@ -32,7 +32,7 @@ struct Workload {
 
 impl Workload {
     fn run(&self) -> anyhow::Result<Usage> {
-        measure(Command::new(&self.argv[0]).args(&self.argv[1..]))
+        measure_argv(&self.argv)
     }
 }
 
@@ -54,7 +54,7 @@ pub struct Collateral {
 /// Everything the collateral benchmark found.
 #[derive(Debug, Serialize)]
 pub struct CollateralReport {
-    pub attached_to: &'static str,
+    pub attached_to: String,
     pub workloads: Vec<Collateral>,
     /// `sched_switch` when nothing exits: what the kernel's BPF statistics counted during one
     /// more ping-pong, in ns per run.
@@ -128,7 +128,7 @@ pub fn measure_all(
         })
         .collect();
     Ok(CollateralReport {
-        attached_to: "--comm no-such-task",
+        attached_to: format!("--comm {NOBODY}"),
         workloads: results,
         idle_sched_switch_ns_per_run: idle_sched_switch(exitprof, &workloads[0])?,
     })
@@ -144,6 +144,5 @@ fn idle_sched_switch(exitprof: &Exitprof, pingpong: &Workload) -> anyhow::Result
 
 /// A program's ns per run, when it ran.
 pub fn ns_per_run(cost: &KernelCost, program: &str) -> Option<f64> {
-    let p = cost.programs.iter().find(|p| p.program == program)?;
-    (p.runs > 0).then(|| p.run_ns as f64 / p.runs as f64)
+    cost.programs.iter().find(|p| p.program == program)?.ns_per_run
 }

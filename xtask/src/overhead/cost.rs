@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use anyhow::Context as _;
 use serde::Serialize;
 
-use super::exitprof::{Exitprof, Profiled, Storm};
+use super::exitprof::{self, Exitprof, Profiled, Storm};
 use crate::measure::median;
 
 /// exitprof's eBPF programs during the storm, from the kernel's BPF run-time statistics.
@@ -96,31 +96,27 @@ pub fn measure(exitprof: &Exitprof, storm: &Storm, runs: u32) -> anyhow::Result<
 }
 
 fn kernel_cost(storm: &Storm, runs: &[Profiled]) -> anyhow::Result<KernelCostReport> {
-    // Each program's figures in each run.
-    let mut per_program: BTreeMap<&str, Vec<ProgramCost>> = BTreeMap::new();
+    // Each program's figures in each run, with the exits that run recorded.
+    let mut per_program: BTreeMap<&str, Vec<(&exitprof::ProgramCost, f64)>> = BTreeMap::new();
     let mut per_exit = Vec::new();
     for run in runs {
         let exits = run.doc.exits_recorded as f64;
         let cost =
             run.doc.kernel_cost.as_ref().context("exitprof --bpf-stats reported no kernel_cost")?;
-        per_exit.push(cost.run_ns as f64 / exits);
+        per_exit.extend(cost.ns_per_exit);
         for p in &cost.programs {
-            per_program.entry(&p.program).or_default().push(ProgramCost {
-                program: p.program.clone(),
-                runs_per_exit: p.runs as f64 / exits,
-                // NaN for a program that never ran: not a figure, `null` in JSON.
-                ns_per_run: p.run_ns as f64 / p.runs as f64,
-                ns_per_exit: p.run_ns as f64 / exits,
-            });
+            per_program.entry(&p.program).or_default().push((p, exits));
         }
     }
+    // A run without the figure (a program that never ran, a run without exits) has none to
+    // give; with none at all the median is NaN, `null` in JSON.
     let mut programs: Vec<ProgramCost> = per_program
         .into_iter()
         .map(|(program, v)| ProgramCost {
             program: program.to_owned(),
-            runs_per_exit: median(v.iter().map(|p| p.runs_per_exit)),
-            ns_per_run: median(v.iter().map(|p| p.ns_per_run).filter(|ns| !ns.is_nan())),
-            ns_per_exit: median(v.iter().map(|p| p.ns_per_exit)),
+            runs_per_exit: median(v.iter().map(|(p, exits)| p.runs as f64 / exits)),
+            ns_per_run: median(v.iter().filter_map(|(p, _)| p.ns_per_run)),
+            ns_per_exit: median(v.iter().filter_map(|(p, _)| p.ns_per_exit)),
         })
         .collect();
     programs.sort_by(|a, b| b.ns_per_exit.total_cmp(&a.ns_per_exit));
@@ -137,13 +133,11 @@ fn process_cost(
     plain: &[Profiled],
     fixed: &[Profiled],
 ) -> anyhow::Result<ProcessCost> {
-    let own_cpu = |run: &Profiled| -> anyhow::Result<f64> {
-        Ok(run.process.usage.cpu() - run.doc.storm_cpu_s()?)
+    let cpu = |runs: &[Profiled]| -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+        runs.iter().map(own_and_storm_cpu).collect()
     };
-    let whole = plain.iter().map(own_cpu).collect::<anyhow::Result<Vec<_>>>()?;
-    let fixed_cpu = fixed.iter().map(own_cpu).collect::<anyhow::Result<Vec<_>>>()?;
-    let storm_cpu =
-        plain.iter().map(|r| r.doc.storm_cpu_s()).collect::<anyhow::Result<Vec<_>>>()?;
+    let (whole, storm_cpu) = cpu(plain)?;
+    let (fixed_cpu, _) = cpu(fixed)?;
     let collecting = median(
         plain.iter().map(|r| r.doc.exitprof.collecting.user_s + r.doc.exitprof.collecting.sys_s),
     );
@@ -164,4 +158,11 @@ fn process_cost(
         lost: plain.iter().map(|r| r.doc.exits_lost()).sum(),
         exit_rate: median(plain.iter().map(|r| r.doc.exit_rate)),
     })
+}
+
+/// A profiled run's CPU time (s): exitprof's own (its process's, the storm's taken off) and the
+/// storm's.
+fn own_and_storm_cpu(run: &Profiled) -> anyhow::Result<(f64, f64)> {
+    let storm = run.doc.storm_cpu_s()?;
+    Ok((run.process.usage.cpu() - storm, storm))
 }

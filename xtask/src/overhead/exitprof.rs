@@ -2,7 +2,7 @@
 //! and exitprof attached in the background to a target that never exits.
 
 use std::{
-    io::{BufRead as _, BufReader, Read as _},
+    io::{BufRead as _, BufReader},
     path::PathBuf,
     process::{Child, Command, Stdio},
     sync::mpsc,
@@ -13,10 +13,10 @@ use std::{
 use anyhow::{Context as _, bail};
 use serde::Deserialize;
 
-use crate::measure::{Finished, measure_captured};
+use crate::measure::{Finished, measure_captured, read_in_background};
 
 /// The name `--comm` watches while exitprof sits attached without a target: no task has it.
-const NOBODY: &str = "no-such-task";
+pub const NOBODY: &str = "no-such-task";
 
 /// What exitprof prints on stderr once its probes are attached and it watches.
 const WATCHING: &str = "exitprof: watching";
@@ -64,13 +64,14 @@ fn words(s: &str) -> Vec<String> {
     s.split_whitespace().map(str::to_owned).collect()
 }
 
-/// The parts of exitprof's `--json` run document the benchmark reads.
+/// The parts of exitprof's `--json` run document the benchmarks read.
 #[derive(Debug, Deserialize)]
 pub struct RunDoc {
     pub kernel: String,
     pub exits_expected: Option<u64>,
     pub exits_recorded: u64,
     pub lost: u64,
+    pub elapsed_s: f64,
     pub user_s: Option<f64>,
     pub sys_s: Option<f64>,
     pub exit_rate: f64,
@@ -81,8 +82,13 @@ pub struct RunDoc {
 /// `exitprof` of the run document: what exitprof's process used, by its own `getrusage`.
 #[derive(Debug, Deserialize)]
 pub struct OwnCost {
+    /// Over the whole run.
+    #[serde(flatten)]
+    pub cpu: CpuTime,
     /// While the storm ran and its last records came in.
     pub collecting: CpuTime,
+    /// Its peak resident memory, in bytes; `None` where exitprof could not read it.
+    pub peak_rss_bytes: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -112,14 +118,18 @@ impl RunDoc {
 #[derive(Debug, Deserialize)]
 pub struct KernelCost {
     pub programs: Vec<ProgramCost>,
-    pub run_ns: u64,
+    /// All programs' run time over the exits recorded; `None` without exits.
+    pub ns_per_exit: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
 pub struct ProgramCost {
     pub program: String,
     pub runs: u64,
-    pub run_ns: u64,
+    /// `None` when it never ran.
+    pub ns_per_run: Option<f64>,
+    /// `None` without exits.
+    pub ns_per_exit: Option<f64>,
 }
 
 /// The parts of `compare --json` the benchmark reads.
@@ -196,14 +206,9 @@ impl Exitprof {
             .spawn()
             .with_context(|| format!("starting {}", self.binary.display()))?;
         let stderr = child.stderr.take().context("exitprof's stderr")?;
-        let mut stdout = child.stdout.take().context("exitprof's stdout")?;
-        let mut watching = Watching {
-            child: Some(child),
-            stdout: Some(thread::spawn(move || {
-                let mut out = String::new();
-                stdout.read_to_string(&mut out).map(|_| out)
-            })),
-        };
+        let stdout = child.stdout.take().context("exitprof's stdout")?;
+        let mut watching =
+            Watching { child: Some(child), stdout: Some(read_in_background(stdout)) };
         // Everything exitprof says goes on to the benchmark's stderr; the line that says it
         // watches means its probes are attached.
         let (ready, attached) = mpsc::channel();

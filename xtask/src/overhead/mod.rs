@@ -23,6 +23,7 @@ use std::fs;
 use anyhow::Context as _;
 use clap::Args;
 
+pub use self::exitprof::RunDoc;
 use self::{exitprof::Exitprof, report::BenchReport};
 use crate::{
     command::{cargo, is_root, workspace_root},

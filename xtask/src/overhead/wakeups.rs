@@ -76,12 +76,14 @@ pub fn measure_wakeups(
     })
 }
 
-/// Run time per exit recorded, of one program or (`None`) of all.
+/// Run time per exit recorded, of one program or (`None`) of all; NaN without exits.
 fn per_exit(doc: &RunDoc, program: Option<&str>) -> anyhow::Result<f64> {
     let cost = doc.kernel_cost.as_ref().context("exitprof --bpf-stats reported no kernel_cost")?;
-    let run_ns: u64 = match program {
-        Some(name) => cost.programs.iter().filter(|p| p.program == name).map(|p| p.run_ns).sum(),
-        None => cost.run_ns,
+    let ns_per_exit = match program {
+        Some(name) => {
+            cost.programs.iter().filter(|p| p.program == name).map(|p| p.ns_per_exit).sum()
+        }
+        None => cost.ns_per_exit,
     };
-    Ok(run_ns as f64 / doc.exits_recorded as f64)
+    Ok(ns_per_exit.unwrap_or(f64::NAN))
 }
