@@ -125,11 +125,11 @@ fn table(rows: &[Row], runs: u32) -> String {
         "{:<27} {:>9} {:>9} {:>7}   {:>7} {:>7} {:>6}   {:>7} {:>7} {:>6}",
         "case", "elapsed", "", "ratio", "user", "", "ratio", "sys", "", "ratio"
     );
-    let _ = writeln!(
-        out,
+    let sides = format!(
         "{:<27} {:>9} {:>9} {:>7}   {:>7} {:>7} {:>6}   {:>7} {:>7} {:>6}",
         "", "C", "exitprof", "", "C", "exitprof", "", "C", "exitprof", ""
     );
+    let _ = writeln!(out, "{}", sides.trim_end());
     for Row { case, reference: r, driver: d, ratio } in rows {
         let _ = writeln!(
             out,
