@@ -10,9 +10,9 @@ use clap::{
 
 use crate::{
     conditions::{Condition, ConditionOptions, Side},
-    export::{self, ExportTarget, Format},
-    kprobe_events,
-    plan::AttachMode,
+    export,
+    export::{ExportTarget, Format},
+    probes::{kprobe_events, plan::AttachMode},
 };
 
 #[derive(Debug, Parser)]

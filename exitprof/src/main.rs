@@ -1,34 +1,15 @@
 //! exitprof: an eBPF profiler of the Linux exit path.
 
-mod blocking;
+mod analysis;
 mod cli;
-mod collect;
 mod compare;
 mod conditions;
-mod deferred;
-mod exits;
 mod export;
-mod histogram;
-mod hold;
 mod kernel;
-mod kprobe_events;
-mod load;
-mod own_cost;
-mod pidfd;
-mod plan;
-mod privileges;
-mod profile;
-mod prog_stats;
-mod progress;
+mod probes;
 mod report;
 mod run;
-mod session;
-mod signals;
-mod stages;
-mod stats;
-mod verdict;
-mod watch;
-mod workload;
+mod target;
 
 use std::{io::Write as _, process::ExitCode};
 
@@ -36,8 +17,11 @@ use anyhow::Context as _;
 
 use crate::{
     cli::{Cli, Command, UsageError},
+    conditions::hold,
     export::{ExportSet, ExportTarget},
-    report::{document::RunDocument, plan::PlanDocument, terminal},
+    probes::plan,
+    report::{plan_document::PlanDocument, run_document::RunDocument, terminal},
+    target::workload,
 };
 
 fn main() -> ExitCode {

@@ -2,31 +2,27 @@
 //! interleaved, measured as the seeds did (user, sys and elapsed time of the storm's process)
 //! and explained stage by stage with exitprof's probes.
 
-pub mod document;
-pub mod table;
-
 use std::time::SystemTime;
 
 use anyhow::{Context as _, bail};
 
-use self::{
-    document::{CompareDocument, ComparisonDoc, ComparisonSetup, SweepDocument, SweepRow},
-    table::RunMeasure,
-};
 use crate::{
+    analysis::{comparison::RunMeasure, session::Session},
     cli::{CompareArgs, Storm, Target, ThreadsParams, UsageError},
-    collect::KernelLosses,
     conditions::{Condition, ConditionOptions, Side},
     export::{ExportSet, ExportTarget},
     kernel::KernelFacts,
-    load::LoadOptions,
-    plan::Plan,
-    progress::Progress,
-    report::document::exit_rate,
-    run::{self, Attached, End, Prepared, Started},
-    session::Session,
-    signals::Signals,
-    workload::Workload,
+    probes::{load::LoadOptions, maps::KernelLosses, plan::Plan},
+    report::{
+        compare_document::{
+            CompareDocument, ComparisonDoc, ComparisonSetup, SweepDocument, SweepRow,
+        },
+        progress::Progress,
+        run_document::exit_rate,
+    },
+    run,
+    run::{Attached, End, Prepared, Started},
+    target::{signals::Signals, workload::Workload},
 };
 
 /// Everything one side of a comparison collected, over all its runs.
@@ -44,7 +40,7 @@ pub struct SideRuns {
 
 impl SideRuns {
     /// Where this side's exits blocked.
-    pub fn blocked_in(&self) -> Vec<crate::blocking::BlockedIn> {
+    pub fn blocked_in(&self) -> Vec<crate::analysis::blocking::BlockedIn> {
         self.session.blocking.report(run::BLOCKED_IN_SHOWN)
     }
 }

@@ -16,6 +16,7 @@
 //! exit it would have sent it).
 
 pub mod delayacct;
+pub mod hold;
 pub mod taskstats_listener;
 
 use clap::{Args, ValueEnum, builder::PossibleValue};

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use super::{ExportSet, RunStats, Series, Variant, from_run::workload};
 use crate::{
+    analysis::stats::Spread,
     cli::Target,
-    compare::{Comparer, Comparison, SideRuns, document::side_losses, side_name},
-    report::document::WorkloadDoc,
-    stats::Spread,
-    workload::Workload,
+    compare::{Comparer, Comparison, SideRuns, side_name},
+    report::{compare_document::side_losses, run_document::WorkloadDoc},
+    target::workload::Workload,
 };
 
 impl ExportSet {
@@ -64,7 +64,7 @@ fn expected_per_run(target: &Target) -> Option<u64> {
 
 /// One side's runs as one variant: exits and losses summed, times their medians.
 fn stats(side: &SideRuns, variant: Variant, expected_per_run: Option<u64>) -> RunStats {
-    let median = |f: fn(&crate::compare::table::RunMeasure) -> f64| {
+    let median = |f: fn(&crate::analysis::comparison::RunMeasure) -> f64| {
         Spread::of(&side.measures.iter().map(f).collect::<Vec<_>>()).median
     };
     let losses = side_losses(side);

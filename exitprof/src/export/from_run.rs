@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use super::{ExportSet, RunStats, Series, Variant, Workload};
 use crate::{
-    report::document::{RunDocument, WorkloadDoc},
+    report::run_document::{RunDocument, WorkloadDoc},
     run::RunOutcome,
 };
 
@@ -78,15 +78,19 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::{
+        analysis::{
+            deferred::DeferredWork,
+            profile::Profile,
+            records::{Exit, PointHit},
+        },
         cli::{Cli, ThreadsParams},
-        deferred::DeferredWork,
-        exits::{Exit, PointHit},
         kernel::{exit_path::ExitPath, version::KernelVersion},
-        own_cost::{CpuTime, OwnCost},
-        plan::{AttachMode, How, Plan, Planned, SiteId},
-        profile::Profile,
-        run::{Ended, Losses},
-        workload::ChildOutcome,
+        probes::plan::{AttachMode, How, Plan, Planned, SiteId},
+        run::{
+            Ended, Losses,
+            own_cost::{CpuTime, OwnCost},
+        },
+        target::workload::ChildOutcome,
     };
 
     /// A run as `run::run` returns it, from 2000 exits with known hits: the start syscall,

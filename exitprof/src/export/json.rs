@@ -14,7 +14,8 @@ mod tests {
 
     use super::*;
     use crate::{
-        export::from_run::tests::synthetic_run, histogram::Bucket, report::document::RunDocument,
+        analysis::histogram::Bucket, export::from_run::tests::synthetic_run,
+        report::run_document::RunDocument,
     };
 
     /// The document's keys this test reads back, typed.

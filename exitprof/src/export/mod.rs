@@ -24,8 +24,8 @@ use std::{
 use hdrhistogram::Histogram;
 
 use crate::{
-    histogram::{PercentilePoint, percentile_distribution},
-    plan::{AttachMode, Planned},
+    analysis::histogram::{PercentilePoint, percentile_distribution},
+    probes::plan::{AttachMode, Planned},
     report::fmt_rate,
 };
 
@@ -343,7 +343,7 @@ impl ExportSet {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::histogram::Latency;
+    use crate::analysis::histogram::Latency;
 
     /// A set as a compare would produce it: the same stages under two conditions, with known
     /// latencies. Condition `on` is slower in `exit_files` and has a long tail.

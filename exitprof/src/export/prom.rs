@@ -182,8 +182,8 @@ mod tests {
 
     use super::*;
     use crate::{
+        analysis::histogram::{Latency, recorded_buckets},
         export::tests::two_condition_set,
-        histogram::{Latency, recorded_buckets},
     };
 
     fn label(sample: &Sample<PrometheusValue>, name: &str) -> String {

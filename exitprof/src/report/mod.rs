@@ -1,9 +1,12 @@
 //! What a run reports: the terminal tables and the JSON document.
 
-pub mod document;
-pub mod plan;
+pub mod compare_document;
+pub mod plan_document;
+pub mod progress;
+pub mod run_document;
 pub mod table;
 pub mod terminal;
+pub mod verdict;
 
 /// A duration in ns, with a unit a person reads at a glance: `850ns`, `12.3µs`, `4.56ms`, `2.10s`.
 pub fn fmt_ns(ns: f64) -> String {

@@ -3,11 +3,11 @@
 use std::fmt::Write as _;
 
 use super::{
-    document::{KernelCostDoc, RateDoc, RunDocument, WorkloadDoc},
     fmt_ns, fmt_rate,
+    run_document::{KernelCostDoc, RateDoc, RunDocument, WorkloadDoc},
     table::TextTable,
 };
-use crate::{blocking::BlockedIn, deferred::DeferredReport, histogram::Summary};
+use crate::analysis::{blocking::BlockedIn, deferred::DeferredReport, histogram::Summary};
 
 /// Renders a run for a person.
 pub fn render(doc: &RunDocument) -> String {

@@ -3,10 +3,12 @@
 use std::collections::HashMap;
 
 use crate::{
-    exits::Exit,
-    histogram::Latency,
-    plan::Plan,
-    stages::{Stage, StageNamer},
+    analysis::{
+        histogram::Latency,
+        records::Exit,
+        stages::{Stage, StageNamer},
+    },
+    probes::plan::Plan,
 };
 
 /// Per-stage histograms of every exit seen.

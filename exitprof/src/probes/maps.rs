@@ -7,10 +7,10 @@ use aya::{
     maps::{HashMap, MapData, PerCpuArray, RingBuf, StackTraceMap},
 };
 use exitprof_common::{counters, deferred::DeferredRecord, record::ExitRecord};
-
-use crate::kernel::kallsyms::Kallsyms;
 use serde::Serialize;
 use tokio::io::unix::AsyncFd;
+
+use crate::kernel::kallsyms::Kallsyms;
 
 /// A ring buffer of records from the kernel side, readable from tokio.
 pub struct RecordStream {

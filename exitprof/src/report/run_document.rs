@@ -5,17 +5,20 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::{
-    blocking::BlockedIn,
+    analysis::{
+        blocking::BlockedIn,
+        deferred::DeferredReport,
+        histogram::{Bucket, Latency},
+        profile::Profile,
+    },
     cli::{ForkParams, Storm, Target, ThreadsParams},
-    deferred::DeferredReport,
-    histogram::{Bucket, Latency},
-    load::ProgramCost,
-    own_cost::OwnCost,
-    plan::{AttachMode, Planned, Unplanned},
-    profile::Profile,
-    run::{Ended, Losses, RunOutcome},
-    verdict::run_verdict,
-    workload::ChildOutcome,
+    probes::{
+        load::ProgramCost,
+        plan::{AttachMode, Planned, Unplanned},
+    },
+    report::verdict::run_verdict,
+    run::{Ended, Losses, RunOutcome, own_cost::OwnCost},
+    target::workload::ChildOutcome,
 };
 
 /// How far the achieved rate may be from a --rate target and still count as reached.

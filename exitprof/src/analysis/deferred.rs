@@ -10,9 +10,9 @@ use std::collections::{BTreeMap, HashMap};
 use exitprof_common::deferred::{DeferredKind, DeferredRecord};
 use serde::Serialize;
 
-use crate::{
-    exits::Exit,
+use crate::analysis::{
     histogram::{Latency, Summary},
+    records::Exit,
 };
 
 /// Exits remembered per IPC namespace address: enough to outlast a reuse of the address while
@@ -274,7 +274,7 @@ mod tests {
     use exitprof_common::point::{Marker, Point};
 
     use super::*;
-    use crate::exits::PointHit;
+    use crate::analysis::records::PointHit;
 
     fn exit(pid: u32, tgid: u32, ipc_ns: u64, start: u64, end: u64) -> Exit {
         let hit = |point, ts_ns| PointHit { point, ts_ns, off_cpu_ns: 0, runq_ns: 0 };

@@ -8,7 +8,7 @@ use exitprof_common::sizes::TRACKED_PROCESSES;
 
 use crate::{
     cli::{ForkParams, Storm, ThreadsParams},
-    privileges,
+    probes::privileges,
 };
 
 /// What a live thread costs in memory that must really exist, at least: its kernel stack

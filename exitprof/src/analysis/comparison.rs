@@ -6,10 +6,11 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::{
-    profile::Profile,
-    report::fmt_ns,
-    stats::{Spread, overhead_pct},
-    verdict::cpu_phrase,
+    analysis::{
+        profile::Profile,
+        stats::{Spread, overhead_pct},
+    },
+    report::{fmt_ns, verdict::cpu_phrase},
 };
 
 /// What one run of one side measured.
@@ -212,10 +213,12 @@ mod tests {
 
     use super::*;
     use crate::{
-        exits::{Exit, PointHit},
+        analysis::{
+            records::{Exit, PointHit},
+            stages::tests::plan,
+        },
         kernel::version::KernelVersion,
-        plan::{How, SiteId},
-        stages::tests::plan,
+        probes::plan::{How, SiteId},
     };
 
     fn measure(user: f64, sys: f64, elapsed: f64) -> RunMeasure {

@@ -4,26 +4,26 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::{
-    Comparer, Comparison, SideRuns,
-    table::{
-        MetricRow, RunMeasure, StageDeltas, compare_verdict, metric_rows, signed, stage_deltas,
-    },
-};
 use crate::{
+    analysis::{
+        comparison::{
+            MetricRow, RunMeasure, StageDeltas, compare_verdict, metric_rows, signed, stage_deltas,
+        },
+        deferred::DeferredReport,
+        stats::Spread,
+    },
     cli::Target,
+    compare::{Comparer, Comparison, SideRuns},
     conditions::Condition,
-    deferred::DeferredReport,
-    plan::{AttachMode, Planned},
+    probes::plan::{AttachMode, Planned},
     report::{
-        document::{StageDoc, WorkloadDoc, stage_docs},
         fmt_ns, fmt_rate,
+        run_document::{StageDoc, WorkloadDoc, stage_docs},
         table::TextTable,
         terminal::describe,
+        verdict::run_verdict,
     },
     run::Losses,
-    stats::Spread,
-    verdict::run_verdict,
 };
 
 /// What the `compare` and `sweep` documents open with: what was compared, where, how often.

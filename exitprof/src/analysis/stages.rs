@@ -9,9 +9,9 @@ use std::collections::{HashMap, HashSet};
 use exitprof_common::point::{ExitFn, Point};
 
 use crate::{
-    exits::Exit,
+    analysis::records::Exit,
     kernel::{exit_path::ExitPath, function_slot, marker_name},
-    plan::Plan,
+    probes::plan::Plan,
 };
 
 /// One stage's share of one exit.
@@ -51,7 +51,7 @@ impl StageNamer {
         let mut symbols = HashMap::new();
         for planned in &plan.points {
             probed.extend(planned.site.points());
-            if let crate::plan::SiteId::Function(f) = planned.site {
+            if let crate::probes::plan::SiteId::Function(f) = planned.site {
                 symbols.insert(f, planned.target.clone());
             }
         }
@@ -168,9 +168,9 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::{
-        exits::PointHit,
+        analysis::records::PointHit,
         kernel::version::KernelVersion,
-        plan::{AttachMode, How, Planned, SiteId},
+        probes::plan::{AttachMode, How, Planned, SiteId},
     };
 
     /// A plan with the given sites attached, as the resolver would produce it.

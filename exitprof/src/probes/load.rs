@@ -11,9 +11,12 @@ use exitprof_common::{point::Marker, sizes::COMM_LEN};
 
 use crate::{
     kernel::KernelFacts,
-    kprobe_events::{self, KprobeEvent},
-    plan::{How, Plan, Planned, SiteId},
-    prog_stats,
+    probes::{
+        kprobe_events,
+        kprobe_events::KprobeEvent,
+        plan::{How, Plan, Planned, SiteId},
+        prog_stats,
+    },
 };
 
 /// The eBPF object, built from `exitprof-ebpf` by the build script.

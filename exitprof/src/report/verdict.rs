@@ -1,6 +1,9 @@
 //! The verdict: one or two sentences that say where the time went, in words.
 
-use crate::{blocking::BlockedIn, histogram::Latency, profile::StageRow, report::fmt_ns};
+use crate::{
+    analysis::{blocking::BlockedIn, histogram::Latency, profile::StageRow},
+    report::fmt_ns,
+};
 
 /// Below this off-CPU share a stage computes; above it, it mostly waits.
 const MOSTLY_OFF_CPU: f64 = 0.5;
@@ -81,7 +84,7 @@ pub fn cpu_phrase(off_cpu_share: f64, runq_share: Option<f64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stages::Stage;
+    use crate::analysis::stages::Stage;
 
     fn stage(name: &str) -> Stage {
         Stage { name: name.to_owned(), covers: vec![], order: (0, 0) }

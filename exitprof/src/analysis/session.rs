@@ -2,8 +2,8 @@
 //! is not part of the target.
 
 use crate::{
-    blocking::Blocking, collect::decode_deferred, deferred::DeferredWork, exits::Exit, plan::Plan,
-    profile::Profile,
+    analysis::{blocking::Blocking, deferred::DeferredWork, profile::Profile, records::Exit},
+    probes::{maps::decode_deferred, plan::Plan},
 };
 
 /// The records of one run, folded into the profile and the deferred-work joins.
@@ -84,11 +84,15 @@ mod tests {
 
     use super::*;
     use crate::{
-        collect::tests::{any_deferred, encode_deferred},
-        exits::tests::{any_exit, encode_exit},
+        analysis::{
+            records::tests::{any_exit, encode_exit},
+            stages::tests::plan,
+        },
         kernel::version::KernelVersion,
-        plan::{How, SiteId},
-        stages::tests::plan,
+        probes::{
+            maps::tests::{any_deferred, encode_deferred},
+            plan::{How, SiteId},
+        },
     };
 
     /// Exit records as the ring buffer may carry them: any exit (pids, tgids and namespaces from

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::{
     kernel::KernelFacts,
-    plan::{AttachMode, Plan, Planned, Unplanned},
+    probes::plan::{AttachMode, Plan, Planned, Unplanned},
     report::table::TextTable,
 };
 

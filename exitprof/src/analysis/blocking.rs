@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::exits::Exit;
+use crate::analysis::records::Exit;
 
 /// Frames of the scheduler and of exitprof's own probe (`?`: code kallsyms does not name, the
 /// eBPF program itself), above where a task really blocked.

@@ -20,7 +20,10 @@ pub mod threads;
 use std::{
     ffi::OsString,
     io::{self, IsTerminal as _},
-    os::{fd::AsFd as _, fd::AsRawFd as _, unix::process::CommandExt as _},
+    os::{
+        fd::{AsFd as _, AsRawFd as _},
+        unix::process::CommandExt as _,
+    },
     path::PathBuf,
     process::{Command, Stdio},
     sync::Arc,
@@ -32,8 +35,7 @@ use anyhow::Context as _;
 use self::channel::{ChildEnd, DriverReport, ParentEnd};
 use crate::{
     cli::{ChildWorkload, ForkParams, Storm, ThreadsParams, WorkloadChild},
-    pidfd::PidFd,
-    signals,
+    target::{pidfd::PidFd, signals},
 };
 
 /// What exitprof runs in its children.

@@ -1,6 +1,8 @@
 //! One profiled run, end to end: check the request, plan, attach, start or find the target,
 //! collect, detach.
 
+pub mod own_cost;
+
 use std::{
     collections::HashSet,
     future::Future,
@@ -15,26 +17,26 @@ use exitprof_common::{sizes::COMM_LEN, tracked};
 use serde::Serialize;
 
 use crate::{
-    blocking::BlockedIn,
+    analysis::{blocking::BlockedIn, deferred::DeferredWork, profile::Profile, session::Session},
     cli::{ProbeArgs, RunArgs, Storm, Target, UsageError},
-    collect::{self, KernelLosses, RecordStream, monotonic_ns},
-    deferred::DeferredWork,
-    export::{self, ExportTarget},
+    export,
+    export::ExportTarget,
     kernel::{KernelFacts, kallsyms::Kallsyms, tracefs},
-    load::{self, LoadOptions, Probes, ProgramCost},
-    own_cost::{CpuTime, OwnCost},
-    pidfd::PidFd,
-    plan::{AttachMode, Plan, Planned, Wants},
-    privileges,
-    profile::Profile,
-    progress::{self, Progress},
-    session::Session,
-    signals::{Signals, signal_name},
-    watch,
-    workload::{
-        self, ChildOutcome, Killer, Workload,
-        limits::{self, SystemLimits},
-        threads,
+    probes::{
+        load,
+        load::{LoadOptions, Probes, ProgramCost},
+        maps,
+        maps::{KernelLosses, RecordStream, monotonic_ns},
+        plan::{AttachMode, Plan, Planned, Wants},
+        privileges,
+    },
+    report::{progress, progress::Progress},
+    run::own_cost::{CpuTime, OwnCost},
+    target::{
+        pidfd::PidFd,
+        signals::{Signals, signal_name},
+        watch, workload,
+        workload::{ChildOutcome, Killer, Workload, limits, limits::SystemLimits, threads},
     },
 };
 
@@ -472,7 +474,7 @@ pub async fn collect_until(
     loop {
         drain(exits.as_deref_mut(), |b| session.exit_record(b));
         drain(deferred.as_deref_mut(), |b| session.deferred_record(b));
-        let settled = collect::in_progress(&probes.ebpf, stop_ns, keep)? == 0
+        let settled = maps::in_progress(&probes.ebpf, stop_ns, keep)? == 0
             && session.deferred.awaiting_task_free() == 0
             && !session.deferred.awaiting_ipc_run();
         if settled || settle_start.elapsed() >= SETTLE_TIMEOUT {
@@ -480,10 +482,10 @@ pub async fn collect_until(
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let unfinished = collect::in_progress(&probes.ebpf, stop_ns, keep)? as u64;
+    let unfinished = maps::in_progress(&probes.ebpf, stop_ns, keep)? as u64;
     // Stack ids belong to this loaded object: name the stacks while it is loaded.
     if let Some(symbols) = symbols {
-        session.blocking.name_stacks(|id| collect::stack_frames(&probes.ebpf, symbols, id));
+        session.blocking.name_stacks(|id| maps::stack_frames(&probes.ebpf, symbols, id));
     }
     Ok(Collected { end, interrupted, elapsed, unfinished })
 }
@@ -526,7 +528,7 @@ pub fn start(
                     Workload::Storm(_) => tracked::DRIVER,
                     Workload::Command { .. } => tracked::FOLLOWED,
                 };
-                collect::track(ebpf, &gated.pids(), role)?;
+                maps::track(ebpf, &gated.pids(), role)?;
             }
             let running = gated.open()?;
             let killer = Some(running.killer());
@@ -582,7 +584,7 @@ pub enum End {
 /// process forked by one found late may have escaped the kernel-side fork tracking. Returns how
 /// many descendants were found.
 fn track_tree(ebpf: &mut aya::Ebpf, pid: u32) -> anyhow::Result<usize> {
-    collect::track(ebpf, &[pid], tracked::FOLLOWED)?;
+    maps::track(ebpf, &[pid], tracked::FOLLOWED)?;
     let mut followed = HashSet::from([pid]);
     loop {
         let found = watch::descendants(pid)
@@ -591,7 +593,7 @@ fn track_tree(ebpf: &mut aya::Ebpf, pid: u32) -> anyhow::Result<usize> {
         if new.is_empty() {
             return Ok(followed.len() - 1);
         }
-        collect::track(ebpf, &new, tracked::FOLLOWED)?;
+        maps::track(ebpf, &new, tracked::FOLLOWED)?;
         followed.extend(new);
     }
 }

@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::{
     cli::HoldArgs,
     conditions::{Condition, Side, taskstats_listener::ListenerCounts},
-    signals::{Signals, signal_name},
+    target::signals::{Signals, signal_name},
 };
 
 #[derive(Debug, Serialize)]

@@ -1,0 +1,17 @@
+//! From the kernel's records to numbers: decoding the records, cutting each exit into stages,
+//! folding them into histograms, joining deferred work to its exits, finding where exits block,
+//! and the statistics of repeated runs.
+//!
+//! Pure: no aya, no tokio, no I/O (`cargo xtask test` fails on any use of aya or tokio here).
+//! It reads the probe plan (`probes::plan`) and the kernel's exit-path table to name stages,
+//! and nothing that loads, runs or prints.
+
+pub mod blocking;
+pub mod comparison;
+pub mod deferred;
+pub mod histogram;
+pub mod profile;
+pub mod records;
+pub mod session;
+pub mod stages;
+pub mod stats;
