@@ -60,13 +60,13 @@ fn main() -> ExitCode {
 }
 
 fn print_plan(args: &cli::PlanArgs) -> anyhow::Result<()> {
-    run::preflight(&[])?;
+    run::start::preflight(&[])?;
     // The plan of the default target, a storm exitprof drives.
     let wants = plan::Wants {
         ipc_frees_via_kfree: false,
         syscall_tracepoints: args.probes.syscall_tracepoints.or(true),
     };
-    let (facts, plan) = run::plan(args.probes.attach, wants)?;
+    let (facts, plan) = run::start::plan(args.probes.attach, wants)?;
     let doc = PlanDocument::new(&facts, &plan);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);

@@ -21,7 +21,10 @@ use crate::{
         run_document::exit_rate,
     },
     run,
-    run::{Attached, End, Prepared, Started},
+    run::{
+        collect::collect_until,
+        start::{self, Attached, End, Prepared, Started},
+    },
     target::{signals::Signals, workload::Workload},
 };
 
@@ -71,7 +74,7 @@ impl Comparer {
     /// Checks the request, plans and (unless the probes are the condition) attaches.
     pub fn new(args: &CompareArgs, exports: &[ExportTarget]) -> anyhow::Result<(Self, Workload)> {
         let target = args.run.target();
-        let workload = match run::prepare(&target)? {
+        let workload = match start::prepare(&target)? {
             (Prepared::Workload(workload), _) => workload,
             _ => {
                 return Err(UsageError(
@@ -84,10 +87,10 @@ impl Comparer {
         };
         // Before loading, as in a run: a signal from here on ends the comparison by its path.
         let signals = Signals::new()?;
-        run::preflight(exports)?;
-        run::bump_memlock();
-        let (facts, plan) = run::plan_for(&target, &args.run.probes)?;
-        let load = run::load_options(&Prepared::Workload(workload.clone()), &args.run);
+        start::preflight(exports)?;
+        start::bump_memlock();
+        let (facts, plan) = start::plan_for(&target, &args.run.probes)?;
+        let load = start::load_options(&Prepared::Workload(workload.clone()), &args.run);
         let attached = match args.toggle {
             Condition::Probes => None,
             _ => Some(Attached::new(&plan, &facts, load)?),
@@ -164,14 +167,14 @@ impl Comparer {
         };
         let mut attached = self.attached.as_mut().or(own.as_mut());
         let before = attached.as_deref().map(Attached::kernel_losses).transpose()?;
-        let started: Started = run::start(
+        let started: Started = start::start(
             Prepared::Workload(workload.clone()),
             target,
             None,
             true,
             attached.as_deref_mut().map(|a| &mut a.probes.ebpf),
         )?;
-        let collected = run::collect_until(
+        let collected = collect_until(
             started,
             attached.as_deref_mut(),
             &mut runs.session,

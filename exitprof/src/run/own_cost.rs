@@ -1,6 +1,12 @@
-//! What exitprof itself costs: its own CPU time and peak memory, its workload children left out.
+//! What exitprof itself costs: its own CPU time and peak memory, its workload children left out,
+//! and (--bpf-stats) the run time of its eBPF programs in the kernel.
 
+use std::os::fd::OwnedFd;
+
+use anyhow::Context as _;
 use serde::Serialize;
+
+use crate::probes::load::{Probes, ProgramCost};
 
 /// exitprof's own use of the machine so far.
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -51,6 +57,39 @@ impl CpuTime {
 fn vm_hwm(status: &str) -> Option<u64> {
     let kib = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().strip_suffix("kB")?;
     Some(kib.trim().parse::<u64>().ok()? << 10)
+}
+
+/// The kernel counting the runs and run time of exitprof's programs (--bpf-stats), from
+/// [`CostMeter::start`] to [`CostMeter::stop`].
+pub struct CostMeter {
+    /// Keeps BPF run-time statistics on while open; closing it, even by exitprof dying, turns
+    /// them back off unless something else holds them on.
+    _stats: OwnedFd,
+    /// Each program's counts when the meter started (zero unless statistics were already on).
+    start: Vec<ProgramCost>,
+}
+
+impl CostMeter {
+    pub fn start(probes: &Probes) -> anyhow::Result<Self> {
+        let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+            .context("enabling BPF run-time statistics (BPF_ENABLE_STATS, Linux 5.8+)")?;
+        let start = probes.costs()?;
+        Ok(Self { _stats: stats, start })
+    }
+
+    /// Each program's runs and run time since the start.
+    pub fn stop(self, probes: &Probes) -> anyhow::Result<Vec<ProgramCost>> {
+        let now = probes.costs()?;
+        Ok(now
+            .into_iter()
+            .zip(&self.start)
+            .map(|(now, start)| ProgramCost {
+                runs: now.runs.saturating_sub(start.runs),
+                run_ns: now.run_ns.saturating_sub(start.run_ns),
+                program: now.program,
+            })
+            .collect())
+    }
 }
 
 #[cfg(test)]

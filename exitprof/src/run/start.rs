@@ -1,0 +1,320 @@
+//! The start of a run: the request checked against the machine, the probe plan, the programs
+//! attached, and the target started or found.
+
+use std::{
+    collections::HashSet,
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use exitprof_common::{sizes::COMM_LEN, tracked};
+
+use crate::{
+    cli::{ProbeArgs, RunArgs, Storm, Target, UsageError},
+    export::{self, ExportTarget},
+    kernel::{KernelFacts, kallsyms::Kallsyms, tracefs},
+    probes::{
+        load::{self, LoadOptions, Probes},
+        maps::{self, KernelLosses, RecordStream},
+        plan::{AttachMode, Plan, Planned, Wants},
+        privileges,
+    },
+    target::{
+        pidfd::PidFd,
+        watch,
+        workload::{
+            self, ChildOutcome, Killer, Workload,
+            limits::{self, SystemLimits},
+            threads,
+        },
+    },
+};
+
+/// Most threads in one burst when measuring how fast this machine can run a storm.
+const BURST_THREADS: u32 = 1000;
+
+/// Checks everything that can be checked before loading anything, export paths included: a run
+/// must not be lost to a file it cannot write at the end.
+pub fn preflight(exports: &[ExportTarget]) -> anyhow::Result<()> {
+    load::ensure_object_embedded()?;
+    privileges::check()?;
+    for target in exports {
+        export::check_writable(&target.path)?;
+    }
+    Ok(())
+}
+
+/// Raises RLIMIT_MEMLOCK for kernels that still charge BPF maps to it (before v5.11); newer
+/// kernels charge the memory cgroup, so failing here is fine.
+pub fn bump_memlock() {
+    let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: a valid rlimit struct.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) } != 0 {
+        log::debug!(
+            "could not raise RLIMIT_MEMLOCK ({}); fine on kernels >= 5.11, which charge BPF \
+             memory to the memory cgroup",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Calibrates the kernel and resolves the probe plan.
+pub fn plan(mode: AttachMode, wants: Wants) -> anyhow::Result<(KernelFacts, Plan)> {
+    let tracefs = tracefs::ensure_mounted()?;
+    let facts = KernelFacts::calibrate(tracefs).context("calibrating kernel features")?;
+    let plan = Plan::resolve(&facts, mode, wants)?;
+    Ok((facts, plan))
+}
+
+/// A target checked against the machine, ready to start or watch.
+pub enum Prepared {
+    Workload(Workload),
+    Pid(u32),
+    Comm([u8; COMM_LEN]),
+    All,
+}
+
+/// Checks the request against the machine before anything is loaded: a storm within the limits,
+/// a reachable --rate, a command that exists, a pid that does. Returns the ready target and, for
+/// --rate, the burst rate measured.
+pub fn prepare(target: &Target) -> anyhow::Result<(Prepared, Option<f64>)> {
+    match target {
+        Target::Storm(storm) => {
+            let limits = SystemLimits::read().context("reading the system's limits")?;
+            limits::check(storm, &limits).map_err(|e| UsageError(e.to_string()))?;
+            if let Storm::Ipcns(_) = storm
+                && !privileges::has_capability(privileges::CAP_SYS_ADMIN)
+            {
+                anyhow::bail!(
+                    "--workload ipcns needs CAP_SYS_ADMIN: its children unshare(CLONE_NEWIPC)"
+                );
+            }
+            let burst_rate = match storm {
+                Storm::Threads(p) => p.rate.map(|rate| check_rate(rate, p.threads)).transpose()?,
+                _ => None,
+            };
+            Ok((Prepared::Workload(Workload::Storm(*storm)), burst_rate))
+        }
+        Target::Command(argv) => {
+            let name = &argv[0];
+            let path_var = std::env::var_os("PATH");
+            let program = workload::command::resolve(name, path_var.as_deref())
+                .map_err(|e| UsageError(e.to_string()))?;
+            Ok((Prepared::Workload(Workload::Command { program, argv: argv.clone() }), None))
+        }
+        Target::Pid(pid) => {
+            if !watch::process_exists(*pid) {
+                return Err(UsageError(format!("--pid {pid}: no such process")).into());
+            }
+            Ok((Prepared::Pid(*pid), None))
+        }
+        Target::Comm(name) => {
+            let mut comm = [0; COMM_LEN];
+            comm[..name.len()].copy_from_slice(name.as_bytes());
+            Ok((Prepared::Comm(comm), None))
+        }
+        Target::All => Ok((Prepared::All, None)),
+    }
+}
+
+/// Fails when `rate` is beyond what bursts of the storm's threads reach on this machine now,
+/// without probes (which only slow exits down). Returns the best burst rate.
+fn check_rate(rate: u64, threads: u32) -> anyhow::Result<f64> {
+    let burst = threads.min(BURST_THREADS);
+    let mut best: f64 = 0.0;
+    for _ in 0..3 {
+        best = best.max(threads::burst_rate(burst).context("measuring the machine's exit rate")?);
+    }
+    log::info!("{burst}-thread bursts without sleeps reach {best:.0} exits/s");
+    if rate as f64 > best {
+        return Err(UsageError(format!(
+            "--rate {rate} exits/s is out of reach: bursts of {burst} threads with no sleep \
+             reached at most {best:.0} exits/s on this machine just now (without probes, which \
+             only slow exits down); ask for less, or use --stagger-us 0 to run as fast as it goes"
+        ))
+        .into());
+    }
+    Ok(best)
+}
+
+/// The probe plan to use for `target`.
+pub fn plan_for(target: &Target, probes: &ProbeArgs) -> anyhow::Result<(KernelFacts, Plan)> {
+    let driven = matches!(target, Target::Storm(_) | Target::Command(_));
+    let wants = Wants {
+        // Following IPC namespace frees costs a probe on every kfree in tracepoint mode: only
+        // for the storm that makes them.
+        ipc_frees_via_kfree: matches!(target, Target::Storm(Storm::Ipcns(_))),
+        syscall_tracepoints: probes.syscall_tracepoints.or(driven),
+    };
+    let (facts, plan) = plan(probes.attach, wants)?;
+    describe_attach(&plan.points);
+    Ok((facts, plan))
+}
+
+/// exitprof's programs attached, with the ring buffers they fill. Dropping it detaches them.
+pub struct Attached {
+    pub probes: Probes,
+    pub(super) exits: RecordStream,
+    pub(super) deferred: RecordStream,
+    /// Names the kernel stacks the programs take.
+    pub(super) symbols: Arc<Kallsyms>,
+}
+
+impl Attached {
+    pub fn new(plan: &Plan, facts: &KernelFacts, options: LoadOptions) -> anyhow::Result<Self> {
+        let mut probes = load::load_and_attach(plan, facts, options)?;
+        let exits = RecordStream::take(&mut probes.ebpf, "EXITS")?;
+        let deferred = RecordStream::take(&mut probes.ebpf, "DEFERRED")?;
+        Ok(Self { probes, exits, deferred, symbols: facts.kallsyms.clone() })
+    }
+
+    /// What the kernel side lost so far.
+    pub fn kernel_losses(&self) -> anyhow::Result<(KernelLosses, u64)> {
+        Ok((KernelLosses::read(&self.probes.ebpf)?, self.probes.misses()?))
+    }
+
+    /// Detaches everything, saying how long it took.
+    pub fn detach(self) {
+        let detach_start = Instant::now();
+        drop(self);
+        log::info!("detached in {} ms", detach_start.elapsed().as_millis());
+    }
+}
+
+/// The load-time options for a run's target.
+pub fn load_options(prepared: &Prepared, args: &RunArgs) -> LoadOptions {
+    LoadOptions {
+        trace_all: matches!(prepared, Prepared::All),
+        target_comm: match prepared {
+            Prepared::Comm(comm) => *comm,
+            _ => [0; COMM_LEN],
+        },
+        ringbuf_bytes: args.ringbuf_bytes,
+        kretprobe_maxactive: args.probes.kretprobe_maxactive,
+        block_stacks: !args.probes.no_block_stacks,
+    }
+}
+
+/// The target, started or found, with what ends the run.
+pub struct Started {
+    pub(super) end: Pin<Box<dyn Future<Output = anyhow::Result<End>>>>,
+    /// Kills exitprof's children, for targets it started.
+    pub(super) killer: Option<Killer>,
+}
+
+/// Starts the workload's children, or begins to watch processes exitprof did not start. With
+/// the loaded object (`ebpf`), their exits are recorded.
+pub fn start(
+    prepared: Prepared,
+    target: &Target,
+    duration: Option<Duration>,
+    quiet_stdout: bool,
+    mut ebpf: Option<&mut aya::Ebpf>,
+) -> anyhow::Result<Started> {
+    match prepared {
+        Prepared::Workload(workload) => {
+            let gated = workload::spawn(&workload, quiet_stdout)?;
+            if let Some(ebpf) = ebpf.as_deref_mut() {
+                let role = match workload {
+                    Workload::Storm(_) => tracked::DRIVER,
+                    Workload::Command { .. } => tracked::FOLLOWED,
+                };
+                maps::track(ebpf, &gated.pids(), role)?;
+            }
+            let running = gated.open()?;
+            let killer = Some(running.killer());
+            let waiter = tokio::task::spawn_blocking(move || running.wait());
+            let end = Box::pin(async move {
+                Ok(End::Reaped(waiter.await.context("workload waiter panicked")??))
+            });
+            Ok(Started { end, killer })
+        }
+        Prepared::Pid(pid) => {
+            let exited = PidFd::open(pid)
+                .with_context(|| format!("pid {pid} ended before exitprof could watch it"))?;
+            let ebpf = ebpf.context("watching a process needs exitprof's probes")?;
+            let followed = track_tree(ebpf, pid)?;
+            eprintln!(
+                "exitprof: watching pid {pid} and its descendants ({followed} now){}",
+                until(duration, " or until it exits")
+            );
+            let end = Box::pin(async move {
+                tokio::select! {
+                    r = exited.exited() => {
+                        r.map(|()| End::ProcessExited).context("waiting for the watched process")
+                    }
+                    () = sleep_or_forever(duration) => Ok(End::Elapsed),
+                }
+            });
+            Ok(Started { end, killer: None })
+        }
+        Prepared::Comm(_) | Prepared::All => {
+            let what = match target {
+                Target::Comm(name) => format!("tasks named {name:?}"),
+                _ => "every exit on the machine".to_owned(),
+            };
+            eprintln!("exitprof: watching {what}{}", until(duration, ""));
+            let end = Box::pin(async move {
+                sleep_or_forever(duration).await;
+                Ok(End::Elapsed)
+            });
+            Ok(Started { end, killer: None })
+        }
+    }
+}
+
+/// How the main loop ended.
+pub enum End {
+    Reaped(ChildOutcome),
+    ProcessExited,
+    Elapsed,
+    Signal,
+}
+
+/// Tracks `pid` and every process below it. Repeats the walk until it finds nothing new: a
+/// process forked by one found late may have escaped the kernel-side fork tracking. Returns how
+/// many descendants were found.
+fn track_tree(ebpf: &mut aya::Ebpf, pid: u32) -> anyhow::Result<usize> {
+    maps::track(ebpf, &[pid], tracked::FOLLOWED)?;
+    let mut followed = HashSet::from([pid]);
+    loop {
+        let found = watch::descendants(pid)
+            .with_context(|| format!("reading /proc for the descendants of {pid}"))?;
+        let new: Vec<u32> = found.into_iter().filter(|p| !followed.contains(p)).collect();
+        if new.is_empty() {
+            return Ok(followed.len() - 1);
+        }
+        maps::track(ebpf, &new, tracked::FOLLOWED)?;
+        followed.extend(new);
+    }
+}
+
+fn until(duration: Option<Duration>, or_else: &str) -> String {
+    match duration {
+        Some(d) => format!(" for {:.1} s{or_else} (Ctrl-C stops it earlier)", d.as_secs_f64()),
+        None => format!(" until Ctrl-C{or_else}"),
+    }
+}
+
+async fn sleep_or_forever(duration: Option<Duration>) {
+    match duration {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn describe_attach(points: &[Planned]) {
+    let mut by_how: Vec<(String, usize)> = Vec::new();
+    for p in points {
+        let how = p.how.to_string();
+        match by_how.iter_mut().find(|(h, _)| *h == how) {
+            Some((_, n)) => *n += 1,
+            None => by_how.push((how, 1)),
+        }
+    }
+    let kinds: Vec<String> = by_how.iter().map(|(h, n)| format!("{h}: {n}")).collect();
+    log::info!("attaching {} probe points ({})", points.len(), kinds.join(", "));
+}
