@@ -5,12 +5,9 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::{
-    analysis::{
-        profile::Profile,
-        stats::{Spread, overhead_pct},
-    },
-    report::{fmt_ns, verdict::cpu_phrase},
+use crate::analysis::{
+    profile::Profile,
+    stats::{Spread, overhead_pct},
 };
 
 /// What one run of one side measured.
@@ -140,73 +137,6 @@ pub fn stage_deltas(yes: &Profile, no: &Profile) -> StageDeltas {
     }
 }
 
-/// The verdict on a comparison: which stage explains the difference, and whether it waits.
-pub fn compare_verdict(rows: &[MetricRow], deltas: Option<&StageDeltas>) -> String {
-    let mut text = String::new();
-    if let Some(d) = deltas
-        && let Some(top) = d.stages.first()
-        && d.exit_delta_ns_per_exit != 0.0
-    {
-        text.push_str(&format!(
-            "An exit takes {} with the condition on; {} explains {:.0}% of that ({}/exit), {}",
-            signed(d.exit_delta_ns_per_exit),
-            top.name,
-            top.share_of_delta * 100.0,
-            signed(top.delta_ns_per_exit),
-            cpu_phrase(off_cpu_share(top), None),
-        ));
-        // Waiting is noisy; what the condition costs in computing is named on its own.
-        let on_cpu = |s: &StageDelta| s.delta_ns_per_exit - s.off_cpu_delta_ns_per_exit;
-        if off_cpu_share(top) >= 0.5
-            && let Some(compute) = d
-                .stages
-                .iter()
-                .filter(|s| on_cpu(s) > 0.0)
-                .max_by(|a, b| on_cpu(a).total_cmp(&on_cpu(b)))
-        {
-            text.push_str(&format!(
-                " On the CPU, {} costs most: {}/exit.",
-                compute.name,
-                signed(on_cpu(compute))
-            ));
-        }
-    }
-    let metric = |name: &str| rows.iter().find(|r| r.metric == name);
-    if let (Some(sys), Some(elapsed)) = (metric("sys"), metric("elapsed")) {
-        if !text.is_empty() {
-            text.push(' ');
-        }
-        text.push_str(&format!(
-            "With the condition on, the storm's sys time changes by {:+.1}%{} and its elapsed \
-             time by {:+.1}%{}.",
-            sys.ovhd_pct,
-            noise(sys),
-            elapsed.ovhd_pct,
-            noise(elapsed),
-        ));
-    }
-    text
-}
-
-/// A note when a difference is within the run-to-run spread.
-fn noise(row: &MetricRow) -> &'static str {
-    if row.within_noise { " (within the run-to-run spread: not conclusive)" } else { "" }
-}
-
-/// Off-CPU part of a stage's delta, between 0 and 1.
-fn off_cpu_share(s: &StageDelta) -> f64 {
-    if s.delta_ns_per_exit == 0.0 {
-        0.0
-    } else {
-        (s.off_cpu_delta_ns_per_exit / s.delta_ns_per_exit).clamp(0.0, 1.0)
-    }
-}
-
-/// A duration with its sign, e.g. `+2.1µs`.
-pub fn signed(ns: f64) -> String {
-    format!("{}{}", if ns < 0.0 { "-" } else { "+" }, fmt_ns(ns.abs()))
-}
-
 #[cfg(test)]
 mod tests {
     use exitprof_common::point::{Marker, Point};
@@ -219,6 +149,7 @@ mod tests {
         },
         kernel::version::KernelVersion,
         probes::plan::{How, SiteId},
+        report::verdict::compare_verdict,
     };
 
     fn measure(user: f64, sys: f64, elapsed: f64) -> RunMeasure {

@@ -6,9 +6,7 @@ use serde::Serialize;
 
 use crate::{
     analysis::{
-        comparison::{
-            MetricRow, RunMeasure, StageDeltas, compare_verdict, metric_rows, signed, stage_deltas,
-        },
+        comparison::{MetricRow, RunMeasure, StageDeltas, metric_rows, stage_deltas},
         deferred::DeferredReport,
         stats::Spread,
     },
@@ -19,9 +17,10 @@ use crate::{
     report::{
         fmt_ns, fmt_rate,
         run_document::{StageDoc, WorkloadDoc, stage_docs},
+        signed,
         table::TextTable,
         terminal::describe,
-        verdict::run_verdict,
+        verdict::{compare_verdict, run_verdict},
     },
     run::Losses,
 };

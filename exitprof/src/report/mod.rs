@@ -21,6 +21,11 @@ pub fn fmt_ns(ns: f64) -> String {
     }
 }
 
+/// A duration with its sign, e.g. `+2.1µs`.
+pub fn signed(ns: f64) -> String {
+    format!("{}{}", if ns < 0.0 { "-" } else { "+" }, fmt_ns(ns.abs()))
+}
+
 /// A count per second, e.g. `14.5k`.
 pub fn fmt_rate(per_s: f64) -> String {
     if per_s >= 1e6 {
