@@ -1,6 +1,7 @@
-//! Decoding the kernel's exit records.
+//! Decoding the kernel's records: exit records and deferred-work records.
 
 use exitprof_common::{
+    deferred::DeferredRecord,
     point::Point,
     record::{ExitRecord, HEADER_LEN, Hit, MAX_HITS, wire_len},
 };
@@ -117,9 +118,19 @@ impl Exit {
     }
 }
 
+/// Decodes a deferred-work record.
+pub fn decode_deferred(bytes: &[u8]) -> Option<DeferredRecord> {
+    (bytes.len() == size_of::<DeferredRecord>())
+        // SAFETY: the length matches, and any bit pattern is a valid DeferredRecord.
+        .then(|| unsafe { bytes.as_ptr().cast::<DeferredRecord>().read_unaligned() })
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
-    use exitprof_common::point::{ExitFn, Marker};
+    use exitprof_common::{
+        deferred::DeferredKind,
+        point::{ExitFn, Marker},
+    };
     use proptest::{collection::vec, prelude::*};
 
     use super::*;
@@ -277,5 +288,49 @@ pub(crate) mod tests {
         let n_hits = std::mem::offset_of!(ExitRecord, n_hits);
         bytes[n_hits] = 99;
         assert_eq!(Exit::decode(&bytes), Err(DecodeError::TooManyHits(99)));
+    }
+
+    /// The bytes the kernel side sends for `record`.
+    pub(crate) fn encode_deferred(record: &DeferredRecord) -> Vec<u8> {
+        // SAFETY: reading the record's own bytes; it has no padding.
+        unsafe {
+            std::slice::from_raw_parts(
+                (record as *const DeferredRecord).cast::<u8>(),
+                size_of::<DeferredRecord>(),
+            )
+        }
+        .to_vec()
+    }
+
+    /// Any deferred-work record: every kind and some that are none, pids and objects from a
+    /// small range (so that they meet the exits of a test), any times.
+    pub(crate) fn any_deferred() -> impl Strategy<Value = DeferredRecord> {
+        (0..8u32, 0..8u32, any::<u64>(), any::<u64>(), 0..8u64, any::<u64>()).prop_map(
+            |(kind, pid, start_ns, end_ns, object, wait_ns)| DeferredRecord {
+                kind,
+                pid,
+                start_ns,
+                end_ns,
+                object,
+                wait_ns,
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn decode_deferred_undoes_encode(record in any_deferred()) {
+            prop_assert_eq!(decode_deferred(&encode_deferred(&record)), Some(record));
+        }
+
+        #[test]
+        fn deferred_records_of_any_other_length_are_refused(bytes in vec(any::<u8>(), 0..200)) {
+            let decoded = decode_deferred(&bytes);
+            prop_assert_eq!(decoded.is_some(), bytes.len() == size_of::<DeferredRecord>());
+            if let Some(record) = decoded {
+                // Only the kinds the kernel side sends mean anything; others are reported.
+                let _ = DeferredKind::from_u32(record.kind);
+            }
+        }
     }
 }

@@ -2,8 +2,13 @@
 //! is not part of the target.
 
 use crate::{
-    analysis::{blocking::Blocking, deferred::DeferredWork, profile::Profile, records::Exit},
-    probes::{maps::decode_deferred, plan::Plan},
+    analysis::{
+        blocking::Blocking,
+        deferred::DeferredWork,
+        profile::Profile,
+        records::{Exit, decode_deferred},
+    },
+    probes::plan::Plan,
 };
 
 /// The records of one run, folded into the profile and the deferred-work joins.
@@ -85,14 +90,11 @@ mod tests {
     use super::*;
     use crate::{
         analysis::{
-            records::tests::{any_exit, encode_exit},
+            records::tests::{any_deferred, any_exit, encode_deferred, encode_exit},
             stages::tests::plan,
         },
         kernel::version::KernelVersion,
-        probes::{
-            maps::tests::{any_deferred, encode_deferred},
-            plan::{How, SiteId},
-        },
+        probes::plan::{How, SiteId},
     };
 
     /// Exit records as the ring buffer may carry them: any exit (pids, tgids and namespaces from

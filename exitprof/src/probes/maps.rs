@@ -6,7 +6,7 @@ use aya::{
     Ebpf,
     maps::{HashMap, MapData, PerCpuArray, RingBuf, StackTraceMap},
 };
-use exitprof_common::{counters, deferred::DeferredRecord, record::ExitRecord};
+use exitprof_common::{counters, record::ExitRecord};
 use serde::Serialize;
 use tokio::io::unix::AsyncFd;
 
@@ -130,13 +130,6 @@ pub fn stack_frames(ebpf: &Ebpf, symbols: &Kallsyms, id: u32) -> Vec<String> {
     stack.frames().iter().map(|f| symbols.name_of(f.ip).unwrap_or("?").to_owned()).collect()
 }
 
-/// Decodes a deferred-work record.
-pub fn decode_deferred(bytes: &[u8]) -> Option<DeferredRecord> {
-    (bytes.len() == size_of::<DeferredRecord>())
-        // SAFETY: the length matches, and any bit pattern is a valid DeferredRecord.
-        .then(|| unsafe { bytes.as_ptr().cast::<DeferredRecord>().read_unaligned() })
-}
-
 /// Records the exits of these thread groups, and of the processes they fork from now on;
 /// `role` is an `exitprof_common::tracked` value (a driver's own exit is left out).
 pub fn track(ebpf: &mut Ebpf, tgids: &[u32], role: u8) -> anyhow::Result<()> {
@@ -173,56 +166,4 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: a valid timespec to fill in; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-#[cfg(test)]
-pub(crate) mod tests {
-    use exitprof_common::deferred::DeferredKind;
-    use proptest::{collection::vec, prelude::*};
-
-    use super::*;
-
-    /// The bytes the kernel side sends for `record`.
-    pub(crate) fn encode_deferred(record: &DeferredRecord) -> Vec<u8> {
-        // SAFETY: reading the record's own bytes; it has no padding.
-        unsafe {
-            std::slice::from_raw_parts(
-                (record as *const DeferredRecord).cast::<u8>(),
-                size_of::<DeferredRecord>(),
-            )
-        }
-        .to_vec()
-    }
-
-    /// Any deferred-work record: every kind and some that are none, pids and objects from a
-    /// small range (so that they meet the exits of a test), any times.
-    pub(crate) fn any_deferred() -> impl Strategy<Value = DeferredRecord> {
-        (0..8u32, 0..8u32, any::<u64>(), any::<u64>(), 0..8u64, any::<u64>()).prop_map(
-            |(kind, pid, start_ns, end_ns, object, wait_ns)| DeferredRecord {
-                kind,
-                pid,
-                start_ns,
-                end_ns,
-                object,
-                wait_ns,
-            },
-        )
-    }
-
-    proptest! {
-        #[test]
-        fn decode_deferred_undoes_encode(record in any_deferred()) {
-            prop_assert_eq!(decode_deferred(&encode_deferred(&record)), Some(record));
-        }
-
-        #[test]
-        fn deferred_records_of_any_other_length_are_refused(bytes in vec(any::<u8>(), 0..200)) {
-            let decoded = decode_deferred(&bytes);
-            prop_assert_eq!(decoded.is_some(), bytes.len() == size_of::<DeferredRecord>());
-            if let Some(record) = decoded {
-                // Only the kinds the kernel side sends mean anything; others are reported.
-                let _ = DeferredKind::from_u32(record.kind);
-            }
-        }
-    }
 }
