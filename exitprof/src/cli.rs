@@ -1,5 +1,7 @@
-//! Command-line interface. Values are checked here, so bad input fails with exit code 2 before
-//! anything is loaded or attached.
+//! Command-line interface: clap's structs, the checks clap cannot express, and the one place
+//! that turns them into the requests the rest of exitprof reads ([`RunRequest`],
+//! [`CompareRequest`], ...). Values are checked here, so bad input fails with exit code 2 before
+//! anything is loaded or attached. Only `main.rs` imports this module.
 
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
@@ -9,10 +11,12 @@ use clap::{
 };
 
 use crate::{
+    compare::CompareRequest,
     conditions::{Condition, ConditionOptions, Side},
-    export,
-    export::{ExportTarget, Format},
-    probes::{kprobe_events, plan::AttachMode},
+    export::{self, ExportTarget, Format},
+    probes::{ProbeOptions, kprobe_events, plan::AttachMode},
+    run::RunRequest,
+    target::{ForkParams, Storm, Target, ThreadsParams, workload::Driver},
 };
 
 #[derive(Debug, Parser)]
@@ -99,12 +103,12 @@ pub enum Switch {
 }
 
 impl Switch {
-    /// The choice, with `auto` decided as `default`.
-    pub fn or(self, default: bool) -> bool {
+    /// The choice; `None` for `auto`, which exitprof decides.
+    fn choice(self) -> Option<bool> {
         match self {
-            Self::Auto => default,
-            Self::On => true,
-            Self::Off => false,
+            Self::Auto => None,
+            Self::On => Some(true),
+            Self::Off => Some(false),
         }
     }
 }
@@ -115,11 +119,11 @@ pub struct RunArgs {
     #[command(flatten)]
     pub target: TargetArgs,
     #[command(flatten)]
-    pub threads: ThreadsParams,
+    pub threads: ThreadsArgs,
     #[command(flatten)]
     pub probes: ProbeArgs,
     #[command(flatten)]
-    pub forks: ForkParams,
+    pub forks: ForkArgs,
     /// Stop watching after SECS (--pid, --comm, --all; without it they run until Ctrl-C, and
     /// --pid also until the process exits).
     #[arg(long, value_name = "SECS", value_parser = parse_duration)]
@@ -166,35 +170,6 @@ pub struct TargetArgs {
     pub command: Vec<OsString>,
 }
 
-/// A request the machine cannot satisfy as asked (a limit, a missing command or process):
-/// reported like a usage error, with exit status 2, before anything is loaded.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
-
-/// What a run profiles, once the command line is read.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Target {
-    /// A storm exitprof drives itself.
-    Storm(Storm),
-    /// A program exitprof starts, with its descendants.
-    Command(Vec<OsString>),
-    /// An existing process and its descendants.
-    Pid(u32),
-    /// Tasks by name.
-    Comm(String),
-    /// Every task.
-    All,
-}
-
-/// A storm with its parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Storm {
-    Threads(ThreadsParams),
-    Fork(ForkParams),
-    Ipcns(ForkParams),
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum WorkloadKind {
     /// N threads x reps, each sleeping (N-i)*stagger us before it exits (the 2006 taskstats
@@ -208,8 +183,8 @@ pub enum WorkloadKind {
 }
 
 /// Parameters of the `threads` storm; defaults are the 2006 thread's.
-#[derive(Clone, Copy, Debug, Args, PartialEq, Eq, serde::Serialize)]
-pub struct ThreadsParams {
+#[derive(Clone, Copy, Debug, Args)]
+pub struct ThreadsArgs {
     /// Threads created, then joined, per repetition.
     #[arg(long, default_value_t = 1000, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
     pub threads: u32,
@@ -232,8 +207,8 @@ pub struct ThreadsParams {
 }
 
 /// Parameters of the `fork` and `ipcns` storms; defaults are the 2012 thread's.
-#[derive(Clone, Copy, Debug, Args, PartialEq, Eq, serde::Serialize)]
-pub struct ForkParams {
+#[derive(Clone, Copy, Debug, Args)]
+pub struct ForkArgs {
     /// Child processes forked in all (each exits, and its parent waits for it).
     #[arg(long, default_value_t = 1024, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
     pub count: u32,
@@ -290,9 +265,9 @@ impl RunArgs {
             return Target::All;
         }
         Target::Storm(match t.workload.unwrap_or(WorkloadKind::Threads) {
-            WorkloadKind::Threads => Storm::Threads(self.threads),
-            WorkloadKind::Fork => Storm::Fork(self.forks),
-            WorkloadKind::Ipcns => Storm::Ipcns(self.forks),
+            WorkloadKind::Threads => Storm::Threads(self.threads.params()),
+            WorkloadKind::Fork => Storm::Fork(self.forks.params()),
+            WorkloadKind::Ipcns => Storm::Ipcns(self.forks.params()),
         })
     }
 
@@ -366,7 +341,7 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     pub runs: u32,
     #[command(flatten)]
-    pub condition: ConditionOptions,
+    pub condition: ConditionArgs,
 }
 
 /// `exitprof sweep`.
@@ -394,7 +369,7 @@ pub struct WorkloadChild {
 
 #[derive(Debug, Subcommand)]
 pub enum ChildWorkload {
-    Threads(ThreadsParams),
+    Threads(ThreadsArgs),
     Fork(ChildForks),
     Ipcns(ChildForks),
     /// Executes CMD with ARGS in place of the child, keeping its pid.
@@ -415,6 +390,15 @@ pub struct ChildForks {
     pub count: u32,
 }
 
+/// Settings of the conditions, for the commands that set them.
+#[derive(Clone, Copy, Debug, Args)]
+pub struct ConditionArgs {
+    /// Receive buffer of exitprof's taskstats listener socket, in bytes (SO_RCVBUF, or
+    /// SO_RCVBUFFORCE above net.core.rmem_max); default: net.core.rmem_default.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1..=i32::MAX as i64))]
+    pub rcvbuf: Option<u32>,
+}
+
 /// The hidden `__condition` command.
 #[derive(Debug, Args)]
 pub struct HoldArgs {
@@ -423,17 +407,92 @@ pub struct HoldArgs {
     #[arg(value_enum)]
     pub side: Side,
     #[command(flatten)]
-    pub options: ConditionOptions,
+    pub options: ConditionArgs,
     /// The command to run while the condition holds.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
+
+// The requests the command line makes, built here and nowhere else: the rest of exitprof reads
+// them, not clap's structs.
 
 impl RunArgs {
     /// Each `--export` path with its format; a usage error when a format cannot be told.
     pub fn export_targets(&self) -> Result<Vec<ExportTarget>, clap::Error> {
         export::targets(&self.exports, self.format)
             .map_err(|why| Cli::command().error(ErrorKind::ValueValidation, why))
+    }
+
+    /// The run the command line asks for; a usage error when an export's format cannot be
+    /// told.
+    pub fn request(&self) -> Result<RunRequest, clap::Error> {
+        Ok(RunRequest {
+            target: self.target(),
+            probes: self.probes.options(),
+            duration: self.duration,
+            json: self.json,
+            exports: self.export_targets()?,
+            ringbuf_bytes: self.ringbuf_bytes,
+            bpf_stats: self.bpf_stats,
+        })
+    }
+}
+
+impl CompareArgs {
+    /// The comparison the command line asks for: `compare`, or `sweep` with its `staggers`.
+    pub fn request(&self, staggers: Option<Vec<u32>>) -> Result<CompareRequest, clap::Error> {
+        Ok(CompareRequest {
+            run: self.run.request()?,
+            toggle: self.toggle,
+            runs: self.runs,
+            condition: self.condition.options(),
+            staggers,
+        })
+    }
+}
+
+impl ProbeArgs {
+    /// How the probes are to be attached.
+    pub fn options(&self) -> ProbeOptions {
+        ProbeOptions {
+            attach: self.attach,
+            kretprobe_maxactive: self.kretprobe_maxactive,
+            syscall_tracepoints: self.syscall_tracepoints.choice(),
+            block_stacks: !self.no_block_stacks,
+        }
+    }
+}
+
+impl ThreadsArgs {
+    fn params(self) -> ThreadsParams {
+        let Self { threads, reps, stagger_us, rate } = self;
+        ThreadsParams { threads, reps, stagger_us, rate }
+    }
+}
+
+impl ForkArgs {
+    fn params(self) -> ForkParams {
+        let Self { count, parallel } = self;
+        ForkParams { count, parallel }
+    }
+}
+
+impl ConditionArgs {
+    /// The conditions' settings.
+    pub fn options(self) -> ConditionOptions {
+        ConditionOptions { rcvbuf: self.rcvbuf }
+    }
+}
+
+impl ChildWorkload {
+    /// What the workload child runs.
+    pub fn driver(self) -> Driver {
+        match self {
+            Self::Threads(args) => Driver::Threads(args.params()),
+            Self::Fork(ChildForks { count }) => Driver::Fork { count },
+            Self::Ipcns(ChildForks { count }) => Driver::Ipcns { count },
+            Self::Exec { program, argv } => Driver::Exec { program, argv },
+        }
     }
 }
 

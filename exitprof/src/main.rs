@@ -16,12 +16,14 @@ use std::{io::Write as _, process::ExitCode};
 use anyhow::Context as _;
 
 use crate::{
-    cli::{Cli, Command, UsageError},
+    cli::{Cli, Command},
+    compare::CompareRequest,
     conditions::hold,
     export::{ExportSet, ExportTarget},
-    probes::plan,
+    probes::{ProbeOptions, plan},
     report::{plan_document::PlanDocument, run_document::RunDocument, terminal},
-    target::workload,
+    run::RunRequest,
+    target::{Target, UsageError, workload},
 };
 
 fn main() -> ExitCode {
@@ -38,12 +40,20 @@ fn main() -> ExitCode {
         .format_timestamp(None)
         .init();
     let result = match cli.command {
-        Some(Command::Workload(child)) => workload::run_child(child),
-        Some(Command::Plan(args)) => print_plan(&args),
-        Some(Command::Condition(args)) => hold::run(args),
-        Some(Command::Compare(args)) => compare_and_report(args, None),
-        Some(Command::Sweep(args)) => compare_and_report(args.compare, Some(args.staggers)),
-        None => run_and_report(cli.run),
+        Some(Command::Workload(child)) => {
+            workload::run_child(child.channel_fd, child.workload.driver())
+        }
+        Some(Command::Plan(args)) => print_plan(args.probes.options(), args.json),
+        Some(Command::Condition(args)) => {
+            hold::run(args.condition, args.side, args.options.options(), &args.command)
+        }
+        Some(Command::Compare(args)) => {
+            compare_and_report(&args.request(None).unwrap_or_else(|usage| usage.exit()))
+        }
+        Some(Command::Sweep(args)) => compare_and_report(
+            &args.compare.request(Some(args.staggers)).unwrap_or_else(|usage| usage.exit()),
+        ),
+        None => run_and_report(&cli.run.request().unwrap_or_else(|usage| usage.exit())),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -59,16 +69,16 @@ fn main() -> ExitCode {
     }
 }
 
-fn print_plan(args: &cli::PlanArgs) -> anyhow::Result<()> {
+fn print_plan(probes: ProbeOptions, json: bool) -> anyhow::Result<()> {
     run::start::preflight(&[])?;
     // The plan of the default target, a storm exitprof drives.
     let wants = plan::Wants {
         ipc_frees_via_kfree: false,
-        syscall_tracepoints: args.probes.syscall_tracepoints.or(true),
+        syscall_tracepoints: probes.syscall_tracepoints.unwrap_or(true),
     };
-    let (facts, plan) = run::start::plan(args.probes.attach, wants)?;
+    let (facts, plan) = run::start::plan(probes.attach, wants)?;
     let doc = PlanDocument::new(&facts, &plan);
-    if args.json {
+    if json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         print!("{}", doc.render());
@@ -76,12 +86,10 @@ fn print_plan(args: &cli::PlanArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn run_and_report(args: cli::RunArgs) -> anyhow::Result<()> {
-    let exports = args.export_targets().unwrap_or_else(|usage| usage.exit());
-    let json = args.json;
+fn run_and_report(request: &RunRequest) -> anyhow::Result<()> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
-    let outcome = runtime.block_on(run::run(args, &exports))?;
+    let outcome = runtime.block_on(run::run(request))?;
     let doc = RunDocument::new(&outcome);
     if doc.lost > 0 {
         // Said in the report too; here also for those who read only the exports.
@@ -97,16 +105,16 @@ fn run_and_report(args: cli::RunArgs) -> anyhow::Result<()> {
         );
     }
     let document = serde_json::to_string_pretty(&doc)?;
-    let text = if json { format!("{document}\n") } else { terminal::render(&doc) };
+    let text = if request.json { format!("{document}\n") } else { terminal::render(&doc) };
     publish(
         &text,
-        &exports,
+        &request.exports,
         || ExportSet::from_run(&outcome, &doc, document),
         outcome.interrupted,
     )?;
     if let Some(failure) = outcome.child.as_ref().and_then(|c| c.failure()) {
         let what = match outcome.target {
-            cli::Target::Command(_) => "command",
+            Target::Command(_) => "command",
             _ => "workload",
         };
         anyhow::bail!("the {what} {failure}");
@@ -114,13 +122,12 @@ fn run_and_report(args: cli::RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn compare_and_report(args: cli::CompareArgs, staggers: Option<Vec<u32>>) -> anyhow::Result<()> {
-    let exports = args.run.export_targets().unwrap_or_else(|usage| usage.exit());
+fn compare_and_report(request: &CompareRequest) -> anyhow::Result<()> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
-    let report = runtime.block_on(compare::run(&args, staggers.as_deref(), &exports))?;
-    let text = if args.run.json { format!("{}\n", report.document) } else { report.text };
-    publish(&text, &exports, || report.export_set, report.interrupted)
+    let report = runtime.block_on(compare::run(request))?;
+    let text = if request.run.json { format!("{}\n", report.document) } else { report.text };
+    publish(&text, &request.run.exports, || report.export_set, report.interrupted)
 }
 
 /// Prints the report, then writes the exports (an interrupted run's too: they say it is

@@ -8,9 +8,8 @@ use anyhow::{Context as _, bail};
 
 use crate::{
     analysis::{comparison::RunMeasure, session::Session},
-    cli::{CompareArgs, Storm, Target, ThreadsParams, UsageError},
     conditions::{Condition, ConditionOptions, Side},
-    export::{ExportSet, ExportTarget},
+    export::ExportSet,
     kernel::KernelFacts,
     probes::{load::LoadOptions, maps::KernelLosses, plan::Plan},
     report::{
@@ -22,11 +21,25 @@ use crate::{
     },
     run,
     run::{
+        RunRequest,
         collect::collect_until,
         start::{self, Attached, End, Prepared, Started},
     },
-    target::{signals::Signals, workload::Workload},
+    target::{Storm, Target, ThreadsParams, UsageError, signals::Signals, workload::Workload},
 };
+
+/// What one comparison is asked to do, read from the command line.
+pub struct CompareRequest {
+    /// The storm and how it is profiled and reported.
+    pub run: RunRequest,
+    /// The condition switched on and off between runs.
+    pub toggle: Condition,
+    /// Runs of each side.
+    pub runs: u32,
+    pub condition: ConditionOptions,
+    /// For `sweep`: the staggers of the threads storm, one comparison each.
+    pub staggers: Option<Vec<u32>>,
+}
 
 /// Everything one side of a comparison collected, over all its runs.
 pub struct SideRuns {
@@ -72,9 +85,9 @@ pub struct Comparer {
 
 impl Comparer {
     /// Checks the request, plans and (unless the probes are the condition) attaches.
-    pub fn new(args: &CompareArgs, exports: &[ExportTarget]) -> anyhow::Result<(Self, Workload)> {
-        let target = args.run.target();
-        let workload = match start::prepare(&target)? {
+    pub fn new(request: &CompareRequest) -> anyhow::Result<(Self, Workload)> {
+        let target = &request.run.target;
+        let workload = match start::prepare(target)? {
             (Prepared::Workload(workload), _) => workload,
             _ => {
                 return Err(UsageError(
@@ -87,11 +100,11 @@ impl Comparer {
         };
         // Before loading, as in a run: a signal from here on ends the comparison by its path.
         let signals = Signals::new()?;
-        start::preflight(exports)?;
+        start::preflight(&request.run.exports)?;
         start::bump_memlock();
-        let (facts, plan) = start::plan_for(&target, &args.run.probes)?;
-        let load = start::load_options(&Prepared::Workload(workload.clone()), &args.run);
-        let attached = match args.toggle {
+        let (facts, plan) = start::plan_for(target, &request.run.probes)?;
+        let load = start::load_options(&Prepared::Workload(workload.clone()), &request.run);
+        let attached = match request.toggle {
             Condition::Probes => None,
             _ => Some(Attached::new(&plan, &facts, load)?),
         };
@@ -99,9 +112,9 @@ impl Comparer {
             plan,
             facts,
             load,
-            condition: args.toggle,
-            condition_options: args.condition,
-            runs: args.runs,
+            condition: request.toggle,
+            condition_options: request.condition,
+            runs: request.runs,
             attached,
             signals,
             started_at: SystemTime::now(),
@@ -242,13 +255,10 @@ pub struct Report {
 }
 
 /// `compare` (no `staggers`) or `sweep` (one comparison per stagger of the threads storm).
-pub async fn run(
-    args: &CompareArgs,
-    staggers: Option<&[u32]>,
-    exports: &[ExportTarget],
-) -> anyhow::Result<Report> {
-    let target = args.run.target();
-    let threads = match (&target, staggers) {
+pub async fn run(request: &CompareRequest) -> anyhow::Result<Report> {
+    let target = &request.run.target;
+    let staggers = request.staggers.as_deref();
+    let threads = match (target, staggers) {
         (Target::Storm(Storm::Threads(p)), _) => Some(*p),
         (_, Some(_)) => {
             return Err(UsageError(
@@ -260,14 +270,14 @@ pub async fn run(
         }
         _ => None,
     };
-    let (mut comparer, workload) = Comparer::new(args, exports)?;
+    let (mut comparer, workload) = Comparer::new(request)?;
     let report = match staggers.zip(threads) {
         None => {
-            let comparison = comparer.compare(&workload, &target).await?;
-            let doc = CompareDocument::new(&comparer, &target, &comparison);
+            let comparison = comparer.compare(&workload, target).await?;
+            let doc = CompareDocument::new(&comparer, target, &comparison);
             let document = serde_json::to_string_pretty(&doc)?;
             let export_set =
-                ExportSet::from_comparisons(&comparer, &target, &[(None, &comparison)], &document);
+                ExportSet::from_comparisons(&comparer, target, &[(None, &comparison)], &document);
             Report { text: doc.render(), document, export_set, interrupted: comparer.interrupted }
         }
         Some((staggers, params)) => {
@@ -281,7 +291,7 @@ pub async fn run(
                 }
             }
             let doc = SweepDocument {
-                setup: ComparisonSetup::new(&comparer, &target),
+                setup: ComparisonSetup::new(&comparer, target),
                 rows: rows
                     .iter()
                     .map(|(stagger_us, c)| SweepRow {
@@ -294,7 +304,7 @@ pub async fn run(
             let document = serde_json::to_string_pretty(&doc)?;
             let tagged: Vec<(Option<String>, &Comparison)> =
                 rows.iter().map(|(s, c)| (Some(format!("stagger={s}")), c)).collect();
-            let export_set = ExportSet::from_comparisons(&comparer, &target, &tagged, &document);
+            let export_set = ExportSet::from_comparisons(&comparer, target, &tagged, &document);
             Report { text: doc.render(), document, export_set, interrupted: comparer.interrupted }
         }
     };

@@ -7,8 +7,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 
 use crate::{
-    cli::HoldArgs,
-    conditions::{Condition, Side, taskstats_listener::ListenerCounts},
+    conditions::{Condition, ConditionOptions, Side, taskstats_listener::ListenerCounts},
     target::signals::{Signals, signal_name},
 };
 
@@ -31,9 +30,15 @@ struct ChildReport {
     exit_code: Option<i32>,
 }
 
-pub fn run(args: HoldArgs) -> anyhow::Result<()> {
+/// Holds `side` of `condition` while `command` runs (none: until SIGINT or SIGTERM).
+pub fn run(
+    condition: Condition,
+    side: Side,
+    options: ConditionOptions,
+    command: &[String],
+) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let report = runtime.block_on(hold(args))?;
+    let report = runtime.block_on(hold(condition, side, options, command))?;
     println!("{}", serde_json::to_string(&report)?);
     if let Some(signal) = report.interrupted {
         std::process::exit(128 + signal);
@@ -45,15 +50,18 @@ pub fn run(args: HoldArgs) -> anyhow::Result<()> {
     }
 }
 
-async fn hold(args: HoldArgs) -> anyhow::Result<HoldReport> {
+async fn hold(
+    condition: Condition,
+    side: Side,
+    options: ConditionOptions,
+    command: &[String],
+) -> anyhow::Result<HoldReport> {
     // Before the condition is set: from here on a signal ends the hold by the normal path.
     let mut signals = Signals::new()?;
-    let what =
-        format!("{} {}", args.condition.name(), if args.side == Side::On { "on" } else { "off" });
-    let guard =
-        args.condition.set(args.side, &args.options).with_context(|| format!("setting {what}"))?;
+    let what = format!("{} {}", condition.name(), if side == Side::On { "on" } else { "off" });
+    let guard = condition.set(side, &options).with_context(|| format!("setting {what}"))?;
     let mut interrupted = None;
-    let child = match args.command.split_first() {
+    let child = match command.split_first() {
         Some((program, rest)) => {
             let mut child = tokio::process::Command::new(program)
                 .args(rest)
@@ -81,8 +89,8 @@ async fn hold(args: HoldArgs) -> anyhow::Result<HoldReport> {
     let probes_attached = guard.probes_attached();
     let restored = guard.restore().with_context(|| format!("restoring {what}"))?;
     Ok(HoldReport {
-        condition: args.condition,
-        side: args.side,
+        condition,
+        side,
         probes_attached,
         child,
         interrupted,

@@ -19,7 +19,7 @@ pub mod delayacct;
 pub mod hold;
 pub mod taskstats_listener;
 
-use clap::{Args, ValueEnum, builder::PossibleValue};
+use clap::{ValueEnum, builder::PossibleValue};
 use serde::{Serialize, Serializer};
 
 use self::{
@@ -43,12 +43,11 @@ pub enum Side {
     Off,
 }
 
-/// Settings of the conditions, for the commands that set them.
-#[derive(Clone, Copy, Debug, Default, Args)]
+/// Settings of the conditions.
+#[derive(Clone, Copy, Debug, Default)]
 pub struct ConditionOptions {
-    /// Receive buffer of exitprof's taskstats listener socket, in bytes (SO_RCVBUF, or
-    /// SO_RCVBUFFORCE above net.core.rmem_max); default: net.core.rmem_default.
-    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1..=i32::MAX as i64))]
+    /// Receive buffer of exitprof's taskstats listener socket, in bytes; `None`: the system's
+    /// default (net.core.rmem_default).
     pub rcvbuf: Option<u32>,
 }
 

@@ -6,10 +6,9 @@ use std::time::Duration;
 use super::{ExportSet, RunStats, Series, Variant, from_run::workload};
 use crate::{
     analysis::stats::Spread,
-    cli::Target,
     compare::{Comparer, Comparison, SideRuns, side_name},
     report::{compare_document::side_losses, run_document::WorkloadDoc},
-    target::workload::Workload,
+    target::{Target, workload::Workload},
 };
 
 impl ExportSet {

@@ -73,7 +73,6 @@ pub(super) fn workload(doc: &WorkloadDoc) -> Workload {
 pub(crate) mod tests {
     use std::time::{Duration, SystemTime};
 
-    use clap::Parser as _;
     use exitprof_common::point::{ExitFn, Marker, Point};
 
     use super::*;
@@ -83,14 +82,13 @@ pub(crate) mod tests {
             profile::Profile,
             records::{Exit, PointHit},
         },
-        cli::{Cli, ThreadsParams},
         kernel::{exit_path::ExitPath, version::KernelVersion},
         probes::plan::{AttachMode, How, Plan, Planned, SiteId},
         run::{
             Ended, Losses,
             own_cost::{CpuTime, OwnCost},
         },
-        target::workload::ChildOutcome,
+        target::{Storm, Target, ThreadsParams, workload::ChildOutcome},
     };
 
     /// A run as `run::run` returns it, from 2000 exits with known hits: the start syscall,
@@ -141,12 +139,11 @@ pub(crate) mod tests {
                 ..Exit::default()
             });
         }
-        let args =
-            Cli::try_parse_from(["exitprof", "--threads", "200", "--reps", "10"]).unwrap().run;
+        let storm = ThreadsParams { threads: 200, reps: 10, stagger_us: 2, rate: None };
         let elapsed = Duration::from_millis(110);
         RunOutcome {
             plan,
-            target: args.target(),
+            target: Target::Storm(Storm::Threads(storm)),
             duration: None,
             expected_exits: Some(2_000),
             child: Some(ChildOutcome {

@@ -12,3 +12,17 @@ pub mod maps;
 pub mod plan;
 pub mod privileges;
 pub mod prog_stats;
+
+use self::plan::AttachMode;
+
+/// How exitprof attaches its probes, as asked.
+#[derive(Clone, Copy, Debug)]
+pub struct ProbeOptions {
+    pub attach: AttachMode,
+    /// Instances per kretprobe: how many tasks may be inside one probed function at once.
+    pub kretprobe_maxactive: u32,
+    /// Whether to use the `syscalls:` tracepoints; `None`: only for targets exitprof drives.
+    pub syscall_tracepoints: Option<bool>,
+    /// Take the kernel stack of each block of an exiting task.
+    pub block_stacks: bool,
+}

@@ -10,7 +10,6 @@ use crate::{
         deferred::DeferredReport,
         stats::Spread,
     },
-    cli::Target,
     compare::{Comparer, Comparison, SideRuns},
     conditions::Condition,
     probes::plan::{AttachMode, Planned},
@@ -23,6 +22,7 @@ use crate::{
         verdict::{compare_verdict, run_verdict},
     },
     run::Losses,
+    target::Target,
 };
 
 /// What the `compare` and `sweep` documents open with: what was compared, where, how often.

@@ -11,14 +11,13 @@ use crate::{
         histogram::{Bucket, Latency},
         profile::Profile,
     },
-    cli::{ForkParams, Storm, Target, ThreadsParams},
     probes::{
         load::ProgramCost,
         plan::{AttachMode, Planned, Unplanned},
     },
     report::verdict::run_verdict,
     run::{Ended, Losses, RunOutcome, own_cost::OwnCost},
-    target::workload::ChildOutcome,
+    target::{ForkParams, Storm, Target, ThreadsParams, workload::ChildOutcome},
 };
 
 /// How far the achieved rate may be from a --rate target and still count as reached.

@@ -16,11 +16,11 @@ use self::{
 };
 use crate::{
     analysis::{blocking::BlockedIn, deferred::DeferredWork, profile::Profile, session::Session},
-    cli::{RunArgs, Target},
     export::ExportTarget,
-    probes::{load::ProgramCost, maps::KernelLosses, plan::Plan},
+    probes::{ProbeOptions, load::ProgramCost, maps::KernelLosses, plan::Plan},
     report::progress::Progress,
     target::{
+        Target,
         signals::Signals,
         workload::{ChildOutcome, Workload},
     },
@@ -28,6 +28,23 @@ use crate::{
 
 /// Kernel stacks reported where exits blocked.
 pub const BLOCKED_IN_SHOWN: usize = 5;
+
+/// What one run is asked to do, read from the command line.
+pub struct RunRequest {
+    pub target: Target,
+    pub probes: ProbeOptions,
+    /// How long to watch targets that do not end by themselves.
+    pub duration: Option<Duration>,
+    /// The report goes out as one JSON document on stdout: no progress line, and a command's
+    /// own stdout goes to stderr.
+    pub json: bool,
+    /// Files to write the results to.
+    pub exports: Vec<ExportTarget>,
+    /// Size of the exit-record ring buffer.
+    pub ringbuf_bytes: u32,
+    /// Have the kernel count the run time of exitprof's programs (--bpf-stats).
+    pub bpf_stats: bool,
+}
 
 /// Everything one run produced.
 pub struct RunOutcome {
@@ -117,28 +134,28 @@ impl Losses {
 }
 
 /// Profiles one run.
-pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunOutcome> {
+pub async fn run(request: &RunRequest) -> anyhow::Result<RunOutcome> {
     // First: a signal while exitprof loads must not kill it with a workload waiting at its
     // gate and probes half attached; it ends the run by the normal path as soon as it starts.
     let mut signals = Signals::new()?;
-    let target = args.target();
-    let (prepared, burst_rate) = prepare(&target)?;
-    preflight(exports)?;
+    let target = &request.target;
+    let (prepared, burst_rate) = prepare(target)?;
+    preflight(&request.exports)?;
     bump_memlock();
-    let (facts, plan) = plan_for(&target, &args.probes)?;
-    let mut attached = Attached::new(&plan, &facts, load_options(&prepared, &args))?;
+    let (facts, plan) = plan_for(target, &request.probes)?;
+    let mut attached = Attached::new(&plan, &facts, load_options(&prepared, request))?;
 
     let mut session = Session::new(&plan);
     let started_at = SystemTime::now();
-    let expected_exits = match &target {
+    let expected_exits = match target {
         Target::Storm(storm) => Workload::Storm(*storm).expected_exits(),
         _ => None,
     };
-    let mut progress = Progress::new(expected_exits, !args.json);
-    let cost_meter = args.bpf_stats.then(|| CostMeter::start(&attached.probes)).transpose()?;
+    let mut progress = Progress::new(expected_exits, !request.json);
+    let cost_meter = request.bpf_stats.then(|| CostMeter::start(&attached.probes)).transpose()?;
     let cpu_before = CpuTime::now();
     let started =
-        start(prepared, &target, args.duration, args.json, Some(&mut attached.probes.ebpf))?;
+        start(prepared, target, request.duration, request.json, Some(&mut attached.probes.ebpf))?;
     let collected =
         collect_until(started, Some(&mut attached), &mut session, &mut signals, &mut progress)
             .await?;
@@ -161,8 +178,8 @@ pub async fn run(args: RunArgs, exports: &[ExportTarget]) -> anyhow::Result<RunO
     };
     Ok(RunOutcome {
         plan,
-        target,
-        duration: args.duration,
+        target: target.clone(),
+        duration: request.duration,
         expected_exits,
         child,
         elapsed,

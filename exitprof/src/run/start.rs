@@ -13,16 +13,18 @@ use anyhow::Context as _;
 use exitprof_common::{sizes::COMM_LEN, tracked};
 
 use crate::{
-    cli::{ProbeArgs, RunArgs, Storm, Target, UsageError},
     export::{self, ExportTarget},
     kernel::{KernelFacts, kallsyms::Kallsyms, tracefs},
     probes::{
+        ProbeOptions,
         load::{self, LoadOptions, Probes},
         maps::{self, KernelLosses, RecordStream},
         plan::{AttachMode, Plan, Planned, Wants},
         privileges,
     },
+    run::RunRequest,
     target::{
+        Storm, Target, UsageError,
         pidfd::PidFd,
         watch,
         workload::{
@@ -141,13 +143,13 @@ fn check_rate(rate: u64, threads: u32) -> anyhow::Result<f64> {
 }
 
 /// The probe plan to use for `target`.
-pub fn plan_for(target: &Target, probes: &ProbeArgs) -> anyhow::Result<(KernelFacts, Plan)> {
+pub fn plan_for(target: &Target, probes: &ProbeOptions) -> anyhow::Result<(KernelFacts, Plan)> {
     let driven = matches!(target, Target::Storm(_) | Target::Command(_));
     let wants = Wants {
         // Following IPC namespace frees costs a probe on every kfree in tracepoint mode: only
         // for the storm that makes them.
         ipc_frees_via_kfree: matches!(target, Target::Storm(Storm::Ipcns(_))),
-        syscall_tracepoints: probes.syscall_tracepoints.or(driven),
+        syscall_tracepoints: probes.syscall_tracepoints.unwrap_or(driven),
     };
     let (facts, plan) = plan(probes.attach, wants)?;
     describe_attach(&plan.points);
@@ -185,16 +187,16 @@ impl Attached {
 }
 
 /// The load-time options for a run's target.
-pub fn load_options(prepared: &Prepared, args: &RunArgs) -> LoadOptions {
+pub fn load_options(prepared: &Prepared, request: &RunRequest) -> LoadOptions {
     LoadOptions {
         trace_all: matches!(prepared, Prepared::All),
         target_comm: match prepared {
             Prepared::Comm(comm) => *comm,
             _ => [0; COMM_LEN],
         },
-        ringbuf_bytes: args.ringbuf_bytes,
-        kretprobe_maxactive: args.probes.kretprobe_maxactive,
-        block_stacks: !args.probes.no_block_stacks,
+        ringbuf_bytes: request.ringbuf_bytes,
+        kretprobe_maxactive: request.probes.kretprobe_maxactive,
+        block_stacks: request.probes.block_stacks,
     }
 }
 

@@ -8,3 +8,56 @@ pub mod pidfd;
 pub mod signals;
 pub mod watch;
 pub mod workload;
+
+use std::ffi::OsString;
+
+use serde::Serialize;
+
+/// A request the machine cannot satisfy as asked (a limit, a missing command or process):
+/// reported like a usage error, with exit status 2, before anything is loaded.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// What a run profiles, once the command line is read.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Target {
+    /// A storm exitprof drives itself.
+    Storm(Storm),
+    /// A program exitprof starts, with its descendants.
+    Command(Vec<OsString>),
+    /// An existing process and its descendants.
+    Pid(u32),
+    /// Tasks by name.
+    Comm(String),
+    /// Every task.
+    All,
+}
+
+/// A storm with its parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Storm {
+    Threads(ThreadsParams),
+    Fork(ForkParams),
+    Ipcns(ForkParams),
+}
+
+/// Parameters of the `threads` storm: `threads` threads created, then joined, `reps` times;
+/// thread i of N sleeps `(N-i) * stagger_us` microseconds before it exits, or `rate` sets the
+/// stagger rep by rep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ThreadsParams {
+    pub threads: u32,
+    pub reps: u32,
+    pub stagger_us: u32,
+    /// The exit rate aimed at, in exits per second.
+    pub rate: Option<u64>,
+}
+
+/// Parameters of the `fork` and `ipcns` storms: `count` children forked in all, by `parallel`
+/// sequential fork loops at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ForkParams {
+    pub count: u32,
+    pub parallel: u32,
+}

@@ -7,8 +7,8 @@ use anyhow::Context as _;
 use exitprof_common::sizes::TRACKED_PROCESSES;
 
 use crate::{
-    cli::{ForkParams, Storm, ThreadsParams},
     probes::privileges,
+    target::{ForkParams, Storm, ThreadsParams},
 };
 
 /// What a live thread costs in memory that must really exist, at least: its kernel stack

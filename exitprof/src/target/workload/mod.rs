@@ -33,10 +33,7 @@ use std::{
 use anyhow::Context as _;
 
 use self::channel::{ChildEnd, DriverReport, ParentEnd};
-use crate::{
-    cli::{ChildWorkload, ForkParams, Storm, ThreadsParams, WorkloadChild},
-    target::{pidfd::PidFd, signals},
-};
+use crate::target::{ForkParams, Storm, ThreadsParams, pidfd::PidFd, signals};
 
 /// What exitprof runs in its children.
 #[derive(Clone, Debug, PartialEq)]
@@ -302,9 +299,30 @@ fn timeval(tv: libc::timeval) -> Duration {
     Duration::new(tv.tv_sec as u64, tv.tv_usec as u32 * 1000)
 }
 
-/// The child side: waits at the gate, then runs the storm or becomes the command.
-pub fn run_child(child: WorkloadChild) -> anyhow::Result<()> {
-    let mut channel = match child.channel_fd {
+/// What one workload child runs once its gate opens.
+#[derive(Debug)]
+pub enum Driver {
+    Threads(ThreadsParams),
+    /// A sequential fork loop of `count` children that exit at once.
+    Fork {
+        count: u32,
+    },
+    /// A sequential fork loop of `count` children that unshare their IPC namespace and exit.
+    Ipcns {
+        count: u32,
+    },
+    /// Executes `program` in place of the child, keeping its pid; `argv` is the command line
+    /// as given, CMD first.
+    Exec {
+        program: OsString,
+        argv: Vec<OsString>,
+    },
+}
+
+/// The child side: waits at the gate (the socket `channel_fd`, when exitprof passed one), then
+/// runs the storm or becomes the command.
+pub fn run_child(channel_fd: Option<i32>, driver: Driver) -> anyhow::Result<()> {
+    let mut channel = match channel_fd {
         // SAFETY: exitprof passed this socket to us alone.
         Some(fd) => Some(unsafe { ChildEnd::from_raw_fd(fd) }.context("the workload channel")?),
         None => None,
@@ -312,13 +330,13 @@ pub fn run_child(child: WorkloadChild) -> anyhow::Result<()> {
     if let Some(channel) = &mut channel {
         channel.wait_gate().context("waiting at the workload gate")?;
     }
-    let report = match child.workload {
-        ChildWorkload::Threads(params) => threads::run(params).context("threads storm")?,
-        ChildWorkload::Fork(f) => forks::run(f.count, forks::Child::Exit).context("fork storm")?,
-        ChildWorkload::Ipcns(f) => {
-            forks::run(f.count, forks::Child::NewIpcNamespace).context("ipcns storm")?
+    let report = match driver {
+        Driver::Threads(params) => threads::run(params).context("threads storm")?,
+        Driver::Fork { count } => forks::run(count, forks::Child::Exit).context("fork storm")?,
+        Driver::Ipcns { count } => {
+            forks::run(count, forks::Child::NewIpcNamespace).context("ipcns storm")?
         }
-        ChildWorkload::Exec { program, argv } => {
+        Driver::Exec { program, argv } => {
             drop(channel);
             let err = command::exec(program.as_ref(), &argv);
             return Err(err).with_context(|| format!("executing {}", program.display()));

@@ -9,7 +9,7 @@ use std::{
 };
 
 use super::{channel::DriverReport, pacer::Pacer};
-use crate::cli::ThreadsParams;
+use crate::target::ThreadsParams;
 
 extern "C" fn sleep_then_exit(sleep_ns: *mut libc::c_void) -> *mut libc::c_void {
     let ns = sleep_ns as u64;
