@@ -8,7 +8,7 @@
 //! an async run.
 //!
 //! Signals: SIGINT and SIGTERM end a process without running destructors unless it handles
-//! them. A caller installs its handlers ([`crate::signals::Signals`]) *before* it sets a
+//! them. A caller installs its handlers ([`crate::target::signals::Signals`]) *before* it sets a
 //! condition and ends its run normally on a signal, so that its guards are dropped. SIGKILL
 //! cannot be handled: a killed run leaves `kernel.task_delayacct` changed, and the next run that
 //! sets it finds the original value on record and restores it (see [`delayacct`]); its taskstats
