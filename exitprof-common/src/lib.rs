@@ -6,6 +6,7 @@
 
 pub mod counters;
 pub mod deferred;
+pub mod names;
 pub mod point;
 pub mod record;
 pub mod sizes;

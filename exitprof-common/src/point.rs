@@ -4,6 +4,8 @@
 //! events (a tracepoint, the entry of a function that never returns); traced functions contribute
 //! two points, their entry and their return.
 
+use crate::names::{FunctionPrograms, entry_and_return_programs};
+
 /// A single-event probe point.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -31,34 +33,75 @@ pub enum Marker {
 /// Number of [`Marker`] variants.
 pub const MARKER_COUNT: u8 = 8;
 
-/// A kernel function on the exit path, bracketed by an entry and a return probe.
+/// The kernel functions on the exit path that exitprof brackets with an entry and a return
+/// probe, in the order of their point codes: `Variant => slot`, where the slot is the function's
+/// name on the kernels exitprof was first written for (the symbol it resolves to can differ
+/// between versions: userspace's probe plan decides) and the suffix of its eBPF programs' names.
 ///
-/// The variant names the function's slot; the symbol it resolves to can differ between kernel
-/// versions (userspace's probe plan decides).
-#[repr(u8)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ExitFn {
-    ExitSignals = 0,
-    ExitItimers = 1,
-    TaskstatsExit = 2,
-    PerfEventExitTask = 3,
-    AcctProcess = 4,
-    ExitSem = 5,
-    ExitShm = 6,
-    ExitFiles = 7,
-    ExitFs = 8,
-    ExitTaskNamespaces = 9,
-    PutIpcNs = 10,
-    MqPutMnt = 11,
-    TaskWorkRun = 12,
-    ExitThread = 13,
-    CgroupExit = 14,
-    ReleaseTask = 15,
-    ProcExitConnector = 16,
+/// This is the one list of them: `for_each_exit_fn!(callback)` expands to
+/// `callback! { Variant => slot, ... }`, here to define [`ExitFn`], in the eBPF crate to define
+/// each function's programs.
+#[macro_export]
+macro_rules! for_each_exit_fn {
+    ($callback:ident) => {
+        $callback! {
+            ExitSignals => exit_signals,
+            ExitItimers => exit_itimers,
+            TaskstatsExit => taskstats_exit,
+            PerfEventExitTask => perf_event_exit_task,
+            AcctProcess => acct_process,
+            ExitSem => exit_sem,
+            ExitShm => exit_shm,
+            ExitFiles => exit_files,
+            ExitFs => exit_fs,
+            ExitTaskNamespaces => exit_task_namespaces,
+            PutIpcNs => put_ipc_ns,
+            MqPutMnt => mq_put_mnt,
+            TaskWorkRun => task_work_run,
+            ExitThread => exit_thread,
+            CgroupExit => cgroup_exit,
+            ReleaseTask => release_task,
+            ProcExitConnector => proc_exit_connector,
+        }
+    };
 }
 
-/// Number of [`ExitFn`] variants.
-pub const EXIT_FN_COUNT: u8 = 17;
+macro_rules! define_exit_fn {
+    ($($variant:ident => $slot:ident),+ $(,)?) => {
+        /// A kernel function on the exit path, bracketed by an entry and a return probe (see
+        /// [`for_each_exit_fn`]).
+        #[repr(u8)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum ExitFn {
+            $($variant),+
+        }
+
+        /// Number of [`ExitFn`] variants.
+        pub const EXIT_FN_COUNT: u8 = [$(stringify!($slot)),+].len() as u8;
+
+        impl ExitFn {
+            /// Every function slot, indexed by its discriminant.
+            pub const ALL: [Self; EXIT_FN_COUNT as usize] = [$(Self::$variant),+];
+
+            /// The slot's name: the function's name on the kernels exitprof was first written
+            /// for.
+            pub const fn slot(self) -> &'static str {
+                match self {
+                    $(Self::$variant => stringify!($slot)),+
+                }
+            }
+
+            /// The eBPF programs at the function's entry and return.
+            pub const fn programs(self) -> FunctionPrograms {
+                match self {
+                    $(Self::$variant => entry_and_return_programs!($slot)),+
+                }
+            }
+        }
+    };
+}
+
+for_each_exit_fn!(define_exit_fn);
 
 /// First point code used by function entries and returns.
 const FN_BASE: u8 = 32;
@@ -119,29 +162,6 @@ impl Marker {
         Self::X86FpuDropped,
         Self::DoTaskDead,
         Self::FinalSwitch,
-    ];
-}
-
-impl ExitFn {
-    /// Every function slot, indexed by its discriminant.
-    pub const ALL: [Self; EXIT_FN_COUNT as usize] = [
-        Self::ExitSignals,
-        Self::ExitItimers,
-        Self::TaskstatsExit,
-        Self::PerfEventExitTask,
-        Self::AcctProcess,
-        Self::ExitSem,
-        Self::ExitShm,
-        Self::ExitFiles,
-        Self::ExitFs,
-        Self::ExitTaskNamespaces,
-        Self::PutIpcNs,
-        Self::MqPutMnt,
-        Self::TaskWorkRun,
-        Self::ExitThread,
-        Self::CgroupExit,
-        Self::ReleaseTask,
-        Self::ProcExitConnector,
     ];
 }
 

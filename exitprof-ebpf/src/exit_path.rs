@@ -90,33 +90,34 @@ pub fn fentry_enter_do_task_dead(_ctx: FEntryContext) -> u32 {
     reach(Marker::DoTaskDead, Opens::Late)
 }
 
-/// Entry and return programs of a function slot, as kprobe/kretprobe and as fentry/fexit. The
-/// symbol each attaches to is chosen by userspace's probe plan.
+/// Entry and return programs of every function slot of `exitprof_common::for_each_exit_fn!`, as
+/// kprobe/kretprobe and as fentry/fexit, named as `ExitFn::programs` names them. The symbol each
+/// attaches to is chosen by userspace's probe plan.
 macro_rules! exit_fn_probes {
-    ($($slot:ident => $function:expr),+ $(,)?) => {
+    ($($variant:ident => $slot:ident),+ $(,)?) => {
         paste::paste! {
             $(
                 #[kprobe]
                 pub fn [<kprobe_enter_ $slot>](_ctx: ProbeContext) -> u32 {
-                    hit_current(fn_code($function, false), Opens::Never);
+                    hit_current(fn_code(ExitFn::$variant, false), Opens::Never);
                     0
                 }
 
                 #[kretprobe]
                 pub fn [<kretprobe_exit_ $slot>](_ctx: RetProbeContext) -> u32 {
-                    hit_current(fn_code($function, true), Opens::Never);
+                    hit_current(fn_code(ExitFn::$variant, true), Opens::Never);
                     0
                 }
 
                 #[fentry]
                 pub fn [<fentry_enter_ $slot>](_ctx: FEntryContext) -> u32 {
-                    hit_current(fn_code($function, false), Opens::Never);
+                    hit_current(fn_code(ExitFn::$variant, false), Opens::Never);
                     0
                 }
 
                 #[fexit]
                 pub fn [<fexit_exit_ $slot>](_ctx: FExitContext) -> u32 {
-                    hit_current(fn_code($function, true), Opens::Never);
+                    hit_current(fn_code(ExitFn::$variant, true), Opens::Never);
                     0
                 }
             )+
@@ -124,22 +125,4 @@ macro_rules! exit_fn_probes {
     };
 }
 
-exit_fn_probes!(
-    exit_signals => ExitFn::ExitSignals,
-    exit_itimers => ExitFn::ExitItimers,
-    taskstats_exit => ExitFn::TaskstatsExit,
-    perf_event_exit_task => ExitFn::PerfEventExitTask,
-    acct_process => ExitFn::AcctProcess,
-    exit_sem => ExitFn::ExitSem,
-    exit_shm => ExitFn::ExitShm,
-    exit_files => ExitFn::ExitFiles,
-    exit_fs => ExitFn::ExitFs,
-    exit_task_namespaces => ExitFn::ExitTaskNamespaces,
-    put_ipc_ns => ExitFn::PutIpcNs,
-    mq_put_mnt => ExitFn::MqPutMnt,
-    task_work_run => ExitFn::TaskWorkRun,
-    exit_thread => ExitFn::ExitThread,
-    cgroup_exit => ExitFn::CgroupExit,
-    release_task => ExitFn::ReleaseTask,
-    proc_exit_connector => ExitFn::ProcExitConnector,
-);
+exitprof_common::for_each_exit_fn!(exit_fn_probes);

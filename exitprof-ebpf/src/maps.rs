@@ -1,4 +1,5 @@
-//! Maps and load-time settings shared by every program.
+//! Maps and load-time settings shared by every program. Userspace finds the ones it reads or
+//! sets by the names `exitprof_common::names` gives them, which are these statics' names.
 
 use aya_ebpf::{
     Global,

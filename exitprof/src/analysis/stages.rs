@@ -10,7 +10,7 @@ use exitprof_common::point::{ExitFn, Point};
 
 use crate::{
     analysis::records::Exit,
-    kernel::{exit_path::ExitPath, function_slot, marker_name},
+    kernel::{exit_path::ExitPath, marker_name},
     probes::plan::Plan,
 };
 
@@ -129,7 +129,7 @@ impl StageNamer {
         let covers: Vec<String> = match between {
             Some(names) => names
                 .into_iter()
-                .map(|n| match ExitFn::ALL.iter().find(|&&f| function_slot(f) == n) {
+                .map(|n| match ExitFn::ALL.iter().find(|&&f| f.slot() == n) {
                     Some(&f) => self.symbol(f),
                     None => n.to_owned(),
                 })
@@ -151,7 +151,7 @@ impl StageNamer {
 
     /// The symbol a function slot resolved to (its slot name when it is not probed).
     fn symbol(&self, f: ExitFn) -> String {
-        self.symbols.get(&f).cloned().unwrap_or_else(|| function_slot(f).to_owned())
+        self.symbols.get(&f).cloned().unwrap_or_else(|| f.slot().to_owned())
     }
 
     fn point_name(&self, p: Point) -> String {

@@ -206,7 +206,7 @@ impl ExitPath {
         for step in &self.variants[variant][start + 1..end] {
             let name = match *step {
                 Step::Work(what) => what,
-                Step::Point(p @ Point::Enter(f)) if !probed(p) => super::function_slot(f),
+                Step::Point(p @ Point::Enter(f)) if !probed(p) => f.slot(),
                 // do_exit and do_task_dead are functions too.
                 Step::Point(p @ Point::Marker(m @ (Marker::DoExit | Marker::DoTaskDead)))
                     if !probed(p) =>

@@ -7,7 +7,11 @@ use aya::{
     Btf, Ebpf, EbpfLoader,
     programs::{BtfTracePoint, FEntry, FExit, KProbe, Program, TracePoint},
 };
-use exitprof_common::{point::Marker, sizes::COMM_LEN};
+use exitprof_common::{
+    names::{globals, maps, programs},
+    point::Marker,
+    sizes::COMM_LEN,
+};
 
 use crate::{
     kernel::KernelFacts,
@@ -123,18 +127,18 @@ pub fn load_and_attach(
     let (trace_all, block_stacks) = (u32::from(options.trace_all), u32::from(options.block_stacks));
     let ebpf = EbpfLoader::new()
         .btf(Some(&btf))
-        .override_global("TRACE_ALL", &trace_all, true)
-        .override_global("BLOCK_STACKS_ON", &block_stacks, true)
-        .override_global("WAKEUP_BYTES", &(u64::from(options.ringbuf_bytes) / 4), true)
-        .override_global("TARGET_COMM", &options.target_comm, true)
-        .override_global("TASK_PID_OFFSET", &task_pid, true)
-        .override_global("TASK_TGID_OFFSET", &task_tgid, true)
-        .override_global("TASK_COMM_OFFSET", &task_comm, true)
-        .override_global("TASK_NSPROXY_OFFSET", &task_nsproxy, true)
-        .override_global("NSPROXY_IPC_NS_OFFSET", &nsproxy_ipc_ns, true)
-        .override_global("WORK_FUNC_OFFSET", &work_func, true)
-        .override_global("FREE_IPC_ADDR", &free_ipc, true)
-        .map_max_entries("EXITS", options.ringbuf_bytes)
+        .override_global(globals::TRACE_ALL, &trace_all, true)
+        .override_global(globals::BLOCK_STACKS_ON, &block_stacks, true)
+        .override_global(globals::WAKEUP_BYTES, &(u64::from(options.ringbuf_bytes) / 4), true)
+        .override_global(globals::TARGET_COMM, &options.target_comm, true)
+        .override_global(globals::TASK_PID_OFFSET, &task_pid, true)
+        .override_global(globals::TASK_TGID_OFFSET, &task_tgid, true)
+        .override_global(globals::TASK_COMM_OFFSET, &task_comm, true)
+        .override_global(globals::TASK_NSPROXY_OFFSET, &task_nsproxy, true)
+        .override_global(globals::NSPROXY_IPC_NS_OFFSET, &nsproxy_ipc_ns, true)
+        .override_global(globals::WORK_FUNC_OFFSET, &work_func, true)
+        .override_global(globals::FREE_IPC_ADDR, &free_ipc, true)
+        .map_max_entries(maps::EXITS, options.ringbuf_bytes)
         .load(OBJECT)
         .context("loading exitprof's eBPF object")?;
     kprobe_events::remove_stale(tracefs);
@@ -144,14 +148,14 @@ pub fn load_and_attach(
     let mut order: Vec<&Planned> = plan.points.iter().collect();
     order.sort_by_key(|p| p.site != SiteId::Marker(Marker::FinalSwitch));
     for planned in order {
-        for (program, ret) in program_names(planned) {
-            attacher.attach(&program, planned.how, &planned.target, ret).with_context(|| {
+        for (program, ret) in planned.programs() {
+            attacher.attach(program, planned.how, &planned.target, ret).with_context(|| {
                 format!("attaching {} {} (program {program})", planned.how, planned.target)
             })?;
         }
     }
     attacher
-        .attach("task_newtask", How::BtfTracepoint, "task_newtask", false)
+        .attach(programs::TASK_NEWTASK, How::BtfTracepoint, programs::TASK_NEWTASK, false)
         .context("attaching tp_btf task_newtask (follows the workload's forks)")?;
     log::info!(
         "attached {} programs in {} ms",
@@ -159,28 +163,6 @@ pub fn load_and_attach(
         started.elapsed().as_millis()
     );
     Ok(probes)
-}
-
-/// The eBPF programs that implement a planned point, each with whether it is a return probe.
-fn program_names(planned: &Planned) -> Vec<(String, bool)> {
-    let kind = |entry: &str, exit: &str| {
-        let (slot, has_return) =
-            planned.site.function_programs().expect("function hooks have programs");
-        let mut names = vec![(format!("{entry}_{slot}"), false)];
-        if has_return {
-            names.push((format!("{exit}_{slot}"), true));
-        }
-        names
-    };
-    match planned.how {
-        How::Kprobe => kind("kprobe_enter", "kretprobe_exit"),
-        How::Fentry => kind("fentry_enter", "fexit_exit"),
-        // Tracepoint programs are named after their tracepoint.
-        How::BtfTracepoint => vec![(planned.target.clone(), false)],
-        How::Tracepoint => {
-            vec![(planned.target.rsplit(':').next().unwrap_or(&planned.target).to_owned(), false)]
-        }
-    }
 }
 
 struct Attacher<'a> {
@@ -231,5 +213,56 @@ impl Attacher<'_> {
         }
         self.probes.programs.push(program.to_owned());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use aya_obj::{Object, ParseError};
+    use exitprof_common::names;
+
+    use super::*;
+    use crate::probes::plan;
+
+    /// Whether `object` defines the global `name`. (aya-obj keeps its symbol table to itself;
+    /// patching a global, as the loader does, fails with `SymbolNotFound` only when there is no
+    /// such symbol: with no bytes, it fails otherwise for their size.)
+    fn has_global(object: &mut Object, name: &str) -> bool {
+        let patch = HashMap::from([(name, (&[][..], true))]);
+        !matches!(object.patch_map_data(patch), Err(ParseError::SymbolNotFound { .. }))
+    }
+
+    /// Every name userspace looks up in the object — the programs the plan can ask for in any
+    /// attach mode, fork tracking's, every map and global of `exitprof_common::names` — is in
+    /// the object this binary embeds, so that a misspelt name fails here, not in a VM guest.
+    #[test]
+    fn the_object_defines_every_name_userspace_uses() {
+        assert!(
+            !OBJECT.is_empty(),
+            "this test binary embeds the stub eBPF object (bpf-linker was missing when it was \
+             built), so the names cannot be checked: run `cargo xtask setup` and rebuild"
+        );
+        let mut object = Object::parse(OBJECT).expect("the embedded eBPF object parses");
+        let programs =
+            plan::every_program().into_iter().chain([("fork tracking", programs::TASK_NEWTASK)]);
+        let mut missing: Vec<String> = programs
+            .filter(|(_, program)| !object.programs.contains_key(*program))
+            .map(|(point, program)| format!("program {program} (for {point})"))
+            .collect();
+        missing.extend(
+            names::maps::ALL
+                .iter()
+                .filter(|map| !object.maps.contains_key(**map))
+                .map(|map| format!("map {map}")),
+        );
+        missing.extend(
+            names::globals::ALL
+                .iter()
+                .filter(|global| !has_global(&mut object, global))
+                .map(|global| format!("global {global}")),
+        );
+        assert!(missing.is_empty(), "the eBPF object lacks: {}", missing.join(", "));
     }
 }

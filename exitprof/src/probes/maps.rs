@@ -6,7 +6,7 @@ use aya::{
     Ebpf,
     maps::{HashMap, MapData, PerCpuArray, RingBuf, StackTraceMap},
 };
-use exitprof_common::{counters, record::ExitRecord};
+use exitprof_common::{counters, names, record::ExitRecord};
 use serde::Serialize;
 use tokio::io::unix::AsyncFd;
 
@@ -100,7 +100,8 @@ impl KernelLosses {
 
     pub fn read(ebpf: &Ebpf) -> anyhow::Result<Self> {
         let map: PerCpuArray<_, u64> = PerCpuArray::try_from(
-            ebpf.map("LOSSES").context("the eBPF object has no LOSSES map")?,
+            ebpf.map(names::maps::LOSSES)
+                .with_context(|| format!("the eBPF object has no {} map", names::maps::LOSSES))?,
         )?;
         let sum = |i: u32| -> anyhow::Result<u64> {
             Ok(map.get(&i, 0).with_context(|| format!("reading loss counter {i}"))?.iter().sum())
@@ -124,7 +125,7 @@ impl KernelLosses {
 /// The function names of a kernel stack the programs took, innermost first (`?` for an address
 /// kallsyms does not name; nothing when the stack is gone).
 pub fn stack_frames(ebpf: &Ebpf, symbols: &Kallsyms, id: u32) -> Vec<String> {
-    let Some(map) = ebpf.map("BLOCK_STACKS") else { return Vec::new() };
+    let Some(map) = ebpf.map(names::maps::BLOCK_STACKS) else { return Vec::new() };
     let Ok(stacks) = StackTraceMap::try_from(map) else { return Vec::new() };
     let Ok(stack) = stacks.get(&id, 0) else { return Vec::new() };
     stack.frames().iter().map(|f| symbols.name_of(f.ip).unwrap_or("?").to_owned()).collect()
@@ -133,8 +134,10 @@ pub fn stack_frames(ebpf: &Ebpf, symbols: &Kallsyms, id: u32) -> Vec<String> {
 /// Records the exits of these thread groups, and of the processes they fork from now on;
 /// `role` is an `exitprof_common::tracked` value (a driver's own exit is left out).
 pub fn track(ebpf: &mut Ebpf, tgids: &[u32], role: u8) -> anyhow::Result<()> {
-    let mut tracked: HashMap<_, u32, u8> =
-        HashMap::try_from(ebpf.map_mut("TRACKED").context("the eBPF object has no TRACKED map")?)?;
+    let mut tracked: HashMap<_, u32, u8> = HashMap::try_from(
+        ebpf.map_mut(names::maps::TRACKED)
+            .with_context(|| format!("the eBPF object has no {} map", names::maps::TRACKED))?,
+    )?;
     for &tgid in tgids {
         tracked.insert(tgid, role, 0).with_context(|| format!("tracking pid {tgid}"))?;
     }
@@ -148,8 +151,10 @@ pub fn in_progress(
     until_ns: u64,
     keep: impl Fn(u32) -> bool,
 ) -> anyhow::Result<usize> {
-    let exiting: HashMap<_, u32, ExitRecord> =
-        HashMap::try_from(ebpf.map("EXITING").context("the eBPF object has no EXITING map")?)?;
+    let exiting: HashMap<_, u32, ExitRecord> = HashMap::try_from(
+        ebpf.map(names::maps::EXITING)
+            .with_context(|| format!("the eBPF object has no {} map", names::maps::EXITING))?,
+    )?;
     let mut n = 0;
     for entry in exiting.iter() {
         let (_, record) = entry.context("reading exits in progress")?;

@@ -8,10 +8,13 @@
 
 use std::{collections::HashSet, fmt};
 
-use exitprof_common::point::{ExitFn, Marker, Point};
+use exitprof_common::{
+    names::{FunctionPrograms, programs},
+    point::{ExitFn, Marker, Point},
+};
 use serde::Serialize;
 
-use crate::kernel::{KernelFacts, exit_path::ExitPath, function_slot, marker_name};
+use crate::kernel::{KernelFacts, exit_path::ExitPath, marker_name};
 
 /// The attach mode asked for on the command line.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -97,7 +100,7 @@ impl SiteId {
     pub fn name(self) -> &'static str {
         match self {
             Self::Marker(m) => marker_name(m),
-            Self::Function(f) => function_slot(f),
+            Self::Function(f) => f.slot(),
             Self::Deferred(d) => match d {
                 Deferred::FreeIpcNs => "free_ipc_ns",
                 Deferred::ShmExitNs => "shm_exit_ns",
@@ -121,33 +124,38 @@ impl SiteId {
             Self::Deferred(_) => Vec::new(),
         }
     }
-
-    /// For a function hook: the suffix of its eBPF program names, and whether it has a return
-    /// program too.
-    pub fn function_programs(self) -> Option<(&'static str, bool)> {
-        match self {
-            Self::Function(f) => Some((function_slot(f), true)),
-            Self::Marker(Marker::DoExit) => Some(("do_exit", false)),
-            Self::Marker(Marker::DoTaskDead) => Some(("do_task_dead", false)),
-            Self::Deferred(Deferred::FreeIpcNs) => Some(("free_ipc", true)),
-            Self::Deferred(Deferred::ShmExitNs) => Some(("shm_exit_ns", false)),
-            Self::Deferred(Deferred::SynchronizeRcu) => Some(("synchronize_rcu", true)),
-            Self::Deferred(Deferred::Reap) => Some(("reap", true)),
-            Self::Marker(_) | Self::Deferred(_) => None,
-        }
-    }
 }
 
 /// How a site can be attached.
 #[derive(Clone, Copy, Debug)]
 enum Hook {
-    /// A kernel function, by candidate symbol in order of preference (names change across
-    /// versions).
-    Function(&'static [&'static str]),
-    /// A tracepoint with a BTF prototype (`tp_btf`).
+    /// A kernel function, by its name and, in order of preference, the names it has on other
+    /// kernel versions; with the programs that probe it.
+    Function { symbol: &'static str, renamed: &'static [&'static str], programs: FunctionPrograms },
+    /// A tracepoint with a BTF prototype (`tp_btf`). Its program is named after it.
     BtfTracepoint(&'static str),
-    /// A `syscalls:` tracepoint (these have no BTF prototype of their own).
+    /// A `syscalls:` tracepoint (these have no BTF prototype of their own). Its program is named
+    /// after it.
     Syscall(&'static str),
+}
+
+impl Hook {
+    /// The eBPF programs that attach this hook as `how`, each with whether it is a return probe.
+    fn programs(self, how: How) -> Vec<(&'static str, bool)> {
+        match self {
+            Self::Function { programs, .. } => {
+                let pair = match how {
+                    How::Kprobe => programs.kprobe,
+                    How::Fentry => programs.fentry,
+                    How::BtfTracepoint | How::Tracepoint => {
+                        unreachable!("functions are probed with kprobes or fentry")
+                    }
+                };
+                std::iter::once((pair.entry, false)).chain(pair.exit.map(|p| (p, true))).collect()
+            }
+            Self::BtfTracepoint(name) | Self::Syscall(name) => vec![(name, false)],
+        }
+    }
 }
 
 struct Site {
@@ -162,77 +170,133 @@ const fn site(id: SiteId, hook: Hook) -> Site {
     Site { id, hook, fallback_for: None }
 }
 
-const fn function(f: ExitFn, candidates: &'static [&'static str]) -> Site {
-    site(SiteId::Function(f), Hook::Function(candidates))
+/// A kernel function, with what it is called on kernels that renamed it.
+const fn probed(
+    symbol: &'static str,
+    renamed: &'static [&'static str],
+    programs: FunctionPrograms,
+) -> Hook {
+    Hook::Function { symbol, renamed, programs }
+}
+
+/// A function of the exit path, under its slot's name.
+const fn function(f: ExitFn) -> Site {
+    renamed(f, &[])
+}
+
+/// A function of the exit path that other kernel versions call otherwise.
+const fn renamed(f: ExitFn, renamed: &'static [&'static str]) -> Site {
+    site(SiteId::Function(f), probed(f.slot(), renamed, f.programs()))
 }
 
 const fn fallback(id: SiteId, hook: Hook, primary: SiteId) -> Site {
     Site { id, hook, fallback_for: Some(primary) }
 }
 
+/// Every eBPF program the plan can ask for, with the point it implements: each site's programs
+/// in each way its hook can be attached (a function by kprobe or by fentry, a tracepoint as
+/// itself), which covers every attach mode.
+#[cfg(test)]
+pub fn every_program() -> Vec<(&'static str, &'static str)> {
+    let hows = |hook| match hook {
+        Hook::Function { .. } => &[How::Kprobe, How::Fentry][..],
+        Hook::BtfTracepoint(_) => &[How::BtfTracepoint],
+        Hook::Syscall(_) => &[How::Tracepoint],
+    };
+    SITES
+        .iter()
+        .flat_map(|site| {
+            let programs = hows(site.hook).iter().flat_map(|&how| site.hook.programs(how));
+            programs.map(|(program, _)| (site.id.name(), program))
+        })
+        .collect()
+}
+
+/// The entry of [`SITES`] for a site the plan has.
+fn site_of(id: SiteId) -> &'static Site {
+    SITES.iter().find(|s| s.id == id).expect("every planned site is in SITES")
+}
+
 const DO_EXIT: SiteId = SiteId::Marker(Marker::DoExit);
 
 /// Every probe site exitprof knows, with its candidate attach targets across kernel versions.
 const SITES: &[Site] = &[
-    site(DO_EXIT, Hook::Function(&["do_exit"])),
-    fallback(SiteId::Marker(Marker::SysEnterExit), Hook::Syscall("sys_enter_exit"), DO_EXIT),
+    site(DO_EXIT, probed("do_exit", &[], programs::DO_EXIT)),
+    fallback(
+        SiteId::Marker(Marker::SysEnterExit),
+        Hook::Syscall(programs::SYS_ENTER_EXIT),
+        DO_EXIT,
+    ),
     fallback(
         SiteId::Marker(Marker::SysEnterExitGroup),
-        Hook::Syscall("sys_enter_exit_group"),
+        Hook::Syscall(programs::SYS_ENTER_EXIT_GROUP),
         DO_EXIT,
     ),
     fallback(
         SiteId::Marker(Marker::SignalDeliverKill),
-        Hook::BtfTracepoint("signal_deliver"),
+        Hook::BtfTracepoint(programs::SIGNAL_DELIVER),
         DO_EXIT,
     ),
-    function(ExitFn::ExitSignals, &["exit_signals"]),
-    function(ExitFn::ExitItimers, &["exit_itimers"]),
-    function(ExitFn::TaskstatsExit, &["taskstats_exit"]),
-    site(SiteId::Marker(Marker::SchedProcessExit), Hook::BtfTracepoint("sched_process_exit")),
-    function(ExitFn::PerfEventExitTask, &["perf_event_exit_task"]),
-    function(ExitFn::AcctProcess, &["acct_process"]),
-    function(ExitFn::ExitSem, &["exit_sem"]),
-    function(ExitFn::ExitShm, &["exit_shm"]),
-    function(ExitFn::ExitFiles, &["exit_files"]),
-    function(ExitFn::ExitFs, &["exit_fs"]),
+    function(ExitFn::ExitSignals),
+    function(ExitFn::ExitItimers),
+    function(ExitFn::TaskstatsExit),
+    site(
+        SiteId::Marker(Marker::SchedProcessExit),
+        Hook::BtfTracepoint(programs::SCHED_PROCESS_EXIT),
+    ),
+    function(ExitFn::PerfEventExitTask),
+    function(ExitFn::AcctProcess),
+    function(ExitFn::ExitSem),
+    function(ExitFn::ExitShm),
+    function(ExitFn::ExitFiles),
+    function(ExitFn::ExitFs),
     // Renamed in the Oct-2025 namespace series.
-    function(ExitFn::ExitTaskNamespaces, &["exit_task_namespaces", "exit_nsproxy_namespaces"]),
-    function(ExitFn::PutIpcNs, &["put_ipc_ns"]),
+    renamed(ExitFn::ExitTaskNamespaces, &["exit_nsproxy_namespaces"]),
+    function(ExitFn::PutIpcNs),
     // Removed in v6.3.
-    function(ExitFn::MqPutMnt, &["mq_put_mnt"]),
-    function(ExitFn::TaskWorkRun, &["task_work_run"]),
-    function(ExitFn::ExitThread, &["exit_thread"]),
+    function(ExitFn::MqPutMnt),
+    function(ExitFn::TaskWorkRun),
+    function(ExitFn::ExitThread),
     fallback(
         SiteId::Marker(Marker::X86FpuDropped),
-        Hook::BtfTracepoint("x86_fpu_dropped"),
+        Hook::BtfTracepoint(programs::X86_FPU_DROPPED),
         SiteId::Function(ExitFn::ExitThread),
     ),
     // Renamed with the cgroup_task_{exit,release,free} series.
-    function(ExitFn::CgroupExit, &["cgroup_exit", "cgroup_task_exit"]),
-    function(ExitFn::ReleaseTask, &["release_task"]),
-    function(ExitFn::ProcExitConnector, &["proc_exit_connector"]),
-    site(SiteId::Marker(Marker::DoTaskDead), Hook::Function(&["do_task_dead"])),
-    site(SiteId::Marker(Marker::FinalSwitch), Hook::BtfTracepoint("sched_switch")),
+    renamed(ExitFn::CgroupExit, &["cgroup_task_exit"]),
+    function(ExitFn::ReleaseTask),
+    function(ExitFn::ProcExitConnector),
+    site(SiteId::Marker(Marker::DoTaskDead), probed("do_task_dead", &[], programs::DO_TASK_DEAD)),
+    site(SiteId::Marker(Marker::FinalSwitch), Hook::BtfTracepoint(programs::SCHED_SWITCH)),
     // Deferred work.
-    site(FREE_IPC_NS, Hook::Function(&["free_ipc_ns", "free_ipc", "put_ipc_ns"])),
-    site(SiteId::Deferred(Deferred::WorkqueueQueue), Hook::BtfTracepoint("workqueue_queue_work")),
+    site(FREE_IPC_NS, probed("free_ipc_ns", &["free_ipc", "put_ipc_ns"], programs::FREE_IPC)),
+    site(
+        SiteId::Deferred(Deferred::WorkqueueQueue),
+        Hook::BtfTracepoint(programs::WORKQUEUE_QUEUE_WORK),
+    ),
     fallback(
         SiteId::Deferred(Deferred::WorkqueueStart),
-        Hook::BtfTracepoint("workqueue_execute_start"),
+        Hook::BtfTracepoint(programs::WORKQUEUE_EXECUTE_START),
         FREE_IPC_NS,
     ),
     fallback(
         SiteId::Deferred(Deferred::WorkqueueEnd),
-        Hook::BtfTracepoint("workqueue_execute_end"),
+        Hook::BtfTracepoint(programs::WORKQUEUE_EXECUTE_END),
         FREE_IPC_NS,
     ),
-    site(SHM_EXIT_NS, Hook::Function(&["shm_exit_ns"])),
-    fallback(SiteId::Deferred(Deferred::Kfree), Hook::BtfTracepoint("kfree"), SHM_EXIT_NS),
-    site(SiteId::Deferred(Deferred::SynchronizeRcu), Hook::Function(&["synchronize_rcu"])),
-    site(REAP, Hook::Function(&["release_task"])),
-    fallback(SiteId::Deferred(Deferred::Wait4Return), Hook::Syscall("sys_exit_wait4"), REAP),
-    site(SiteId::Deferred(Deferred::TaskFree), Hook::BtfTracepoint("sched_process_free")),
+    site(SHM_EXIT_NS, probed("shm_exit_ns", &[], programs::SHM_EXIT_NS)),
+    fallback(SiteId::Deferred(Deferred::Kfree), Hook::BtfTracepoint(programs::KFREE), SHM_EXIT_NS),
+    site(
+        SiteId::Deferred(Deferred::SynchronizeRcu),
+        probed("synchronize_rcu", &[], programs::SYNCHRONIZE_RCU),
+    ),
+    site(REAP, probed("release_task", &[], programs::REAP)),
+    fallback(
+        SiteId::Deferred(Deferred::Wait4Return),
+        Hook::Syscall(programs::SYS_EXIT_WAIT4),
+        REAP,
+    ),
+    site(SiteId::Deferred(Deferred::TaskFree), Hook::BtfTracepoint(programs::SCHED_PROCESS_FREE)),
 ];
 
 const FREE_IPC_NS: SiteId = SiteId::Deferred(Deferred::FreeIpcNs);
@@ -263,6 +327,13 @@ pub struct Planned {
     /// Why this target and not the first candidate, when it is a fallback.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+impl Planned {
+    /// The eBPF programs that implement this point, each with whether it is a return probe.
+    pub fn programs(&self) -> Vec<(&'static str, bool)> {
+        site_of(self.site).hook.programs(self.how)
+    }
 }
 
 /// A point the plan leaves out, and why.
@@ -329,7 +400,7 @@ impl Plan {
         let probed: HashSet<SiteId> = points.iter().map(|p: &Planned| p.site).collect();
         let mut kept = Vec::new();
         for mut planned in points {
-            let site = SITES.iter().find(|s| s.id == planned.site).expect("planned from SITES");
+            let site = site_of(planned.site);
             match site.fallback_for {
                 Some(primary) if probed.contains(&primary) => unavailable.push(Unplanned {
                     point: planned.point,
@@ -431,10 +502,9 @@ fn resolve_site(
                 .to_owned(),
         ),
         Hook::Syscall(name) => Ok(planned(How::Tracepoint, &format!("syscalls:{name}"), None)),
-        Hook::Function(candidates) => {
-            let symbol = pick_symbol(facts, candidates)?;
-            let note = (symbol != candidates[0])
-                .then(|| format!("{} is not a symbol on this kernel", candidates[0]));
+        Hook::Function { symbol: first, renamed, .. } => {
+            let symbol = pick_symbol(facts, first, renamed)?;
+            let note = (symbol != first).then(|| format!("{first} is not a symbol on this kernel"));
             // A function that is not the first candidate says what it resolved to, even when it
             // cannot be probed.
             let resolved = |why: String| match &note {
@@ -486,16 +556,19 @@ fn resolve_site(
     }
 }
 
-/// The first candidate that is a kernel symbol.
+/// The first of a function's names that is a kernel symbol: `first`, else one it was `renamed`
+/// to.
 fn pick_symbol(
     facts: &KernelFacts,
-    candidates: &'static [&'static str],
+    first: &'static str,
+    renamed: &'static [&'static str],
 ) -> Result<&'static str, String> {
-    if let Some(found) = candidates.iter().find(|c| facts.kallsyms.has_function(c)) {
+    let candidates = || std::iter::once(first).chain(renamed.iter().copied());
+    if let Some(found) = candidates().find(|c| facts.kallsyms.has_function(c)) {
         return Ok(found);
     }
-    let clones: Vec<&str> = candidates.iter().flat_map(|c| facts.kallsyms.clones_of(c)).collect();
-    let names = candidates.join(" / ");
+    let clones: Vec<&str> = candidates().flat_map(|c| facts.kallsyms.clones_of(c)).collect();
+    let names = candidates().collect::<Vec<_>>().join(" / ");
     Err(if clones.is_empty() {
         format!("{names}: not a symbol on this kernel (inlined or compiled out)")
     } else {

@@ -10,7 +10,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use exitprof_common::{sizes::COMM_LEN, tracked};
+use exitprof_common::{names, sizes::COMM_LEN, tracked};
 
 use crate::{
     export::{self, ExportTarget},
@@ -168,8 +168,8 @@ pub struct Attached {
 impl Attached {
     pub fn new(plan: &Plan, facts: &KernelFacts, options: LoadOptions) -> anyhow::Result<Self> {
         let mut probes = load::load_and_attach(plan, facts, options)?;
-        let exits = RecordStream::take(&mut probes.ebpf, "EXITS")?;
-        let deferred = RecordStream::take(&mut probes.ebpf, "DEFERRED")?;
+        let exits = RecordStream::take(&mut probes.ebpf, names::maps::EXITS)?;
+        let deferred = RecordStream::take(&mut probes.ebpf, names::maps::DEFERRED)?;
         Ok(Self { probes, exits, deferred, symbols: facts.kallsyms.clone() })
     }
 

@@ -1,0 +1,157 @@
+//! The names by which userspace finds what the eBPF object defines: the maps it reads or sizes,
+//! the globals it sets at load time, and the programs it attaches. aya names a map or a global
+//! after its static and a program after its function, so the eBPF crate defines each under the
+//! name given here; a unit test of userspace parses the built object and checks that every one
+//! is there, for every program the probe plan can ask for in any attach mode.
+
+/// Declares each name as a constant holding its own text, and `ALL`, every one of them.
+macro_rules! names {
+    ($($(#[$doc:meta])* $name:ident),+ $(,)?) => {
+        $($(#[$doc])* pub const $name: &str = stringify!($name);)+
+
+        /// Every name of this list.
+        pub const ALL: &[&str] = &[$($name),+];
+    };
+}
+
+/// Maps userspace reads or sizes.
+pub mod maps {
+    names! {
+        /// Finished exit records, a ring buffer sized at load time.
+        EXITS,
+        /// Deferred-work records, a ring buffer.
+        DEFERRED,
+        /// Per-CPU loss counters, indexed by [`crate::counters`].
+        LOSSES,
+        /// Followed thread groups, valued by [`crate::tracked`].
+        TRACKED,
+        /// Exits in progress, by thread id.
+        EXITING,
+        /// Kernel stacks where exiting tasks blocked.
+        BLOCK_STACKS,
+    }
+}
+
+/// Globals userspace sets at load time.
+pub mod globals {
+    names! {
+        /// Record every exit on the machine (non-zero: on).
+        TRACE_ALL,
+        /// Take the stack of each block of an exiting task (non-zero: on).
+        BLOCK_STACKS_ON,
+        /// Unread bytes of a ring buffer above which a new record wakes userspace.
+        WAKEUP_BYTES,
+        /// Record the exits of tasks with this name.
+        TARGET_COMM,
+        /// `offsetof(struct task_struct, pid)`.
+        TASK_PID_OFFSET,
+        /// `offsetof(struct task_struct, tgid)`.
+        TASK_TGID_OFFSET,
+        /// `offsetof(struct task_struct, comm)`.
+        TASK_COMM_OFFSET,
+        /// `offsetof(struct task_struct, nsproxy)`.
+        TASK_NSPROXY_OFFSET,
+        /// `offsetof(struct nsproxy, ipc_ns)`.
+        NSPROXY_IPC_NS_OFFSET,
+        /// `offsetof(struct work_struct, func)`.
+        WORK_FUNC_OFFSET,
+        /// Address of `free_ipc`.
+        FREE_IPC_ADDR,
+    }
+}
+
+/// The eBPF programs of a kernel function probed at its entry, and at its return where it has a
+/// return program: a kprobe/kretprobe pair or a fentry/fexit pair, as the probe plan chooses.
+/// They are named `<kprobe|kretprobe|fentry|fexit>_<enter|exit>_<slot>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FunctionPrograms {
+    pub kprobe: ProgramPair,
+    pub fentry: ProgramPair,
+}
+
+/// A function's entry program and, if it has one, its return program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProgramPair {
+    pub entry: &'static str,
+    pub exit: Option<&'static str>,
+}
+
+/// The programs of a function probed at its entry only.
+macro_rules! entry_programs {
+    ($slot:ident) => {
+        $crate::names::FunctionPrograms {
+            kprobe: $crate::names::ProgramPair {
+                entry: concat!("kprobe_enter_", stringify!($slot)),
+                exit: None,
+            },
+            fentry: $crate::names::ProgramPair {
+                entry: concat!("fentry_enter_", stringify!($slot)),
+                exit: None,
+            },
+        }
+    };
+}
+
+/// The programs of a function probed at its entry and its return.
+macro_rules! entry_and_return_programs {
+    ($slot:ident) => {
+        $crate::names::FunctionPrograms {
+            kprobe: $crate::names::ProgramPair {
+                entry: concat!("kprobe_enter_", stringify!($slot)),
+                exit: Some(concat!("kretprobe_exit_", stringify!($slot))),
+            },
+            fentry: $crate::names::ProgramPair {
+                entry: concat!("fentry_enter_", stringify!($slot)),
+                exit: Some(concat!("fexit_exit_", stringify!($slot))),
+            },
+        }
+    };
+}
+
+pub(crate) use entry_and_return_programs;
+
+/// Programs userspace attaches, besides those of the exit-path functions
+/// ([`crate::point::ExitFn::programs`]). A tracepoint's program is named after its tracepoint.
+pub mod programs {
+    use super::FunctionPrograms;
+
+    /// `do_exit`, at its entry (it never returns).
+    pub const DO_EXIT: FunctionPrograms = entry_programs!(do_exit);
+    /// `do_task_dead`, at its entry (it never returns).
+    pub const DO_TASK_DEAD: FunctionPrograms = entry_programs!(do_task_dead);
+    /// The `free_ipc` work item (or the function it resolves to: `free_ipc_ns`, `put_ipc_ns`).
+    pub const FREE_IPC: FunctionPrograms = entry_and_return_programs!(free_ipc);
+    /// `shm_exit_ns`, once per IPC namespace freed, at its entry.
+    pub const SHM_EXIT_NS: FunctionPrograms = entry_programs!(shm_exit_ns);
+    /// `synchronize_rcu`, inside a `free_ipc` run.
+    pub const SYNCHRONIZE_RCU: FunctionPrograms = entry_and_return_programs!(synchronize_rcu);
+    /// The parent's `release_task` of a zombie child.
+    pub const REAP: FunctionPrograms = entry_and_return_programs!(reap);
+
+    /// `syscalls:sys_enter_exit`.
+    pub const SYS_ENTER_EXIT: &str = "sys_enter_exit";
+    /// `syscalls:sys_enter_exit_group`.
+    pub const SYS_ENTER_EXIT_GROUP: &str = "sys_enter_exit_group";
+    /// `syscalls:sys_exit_wait4`.
+    pub const SYS_EXIT_WAIT4: &str = "sys_exit_wait4";
+    /// `tp_btf/signal_deliver`.
+    pub const SIGNAL_DELIVER: &str = "signal_deliver";
+    /// `tp_btf/sched_process_exit`.
+    pub const SCHED_PROCESS_EXIT: &str = "sched_process_exit";
+    /// `tp_btf/x86_fpu_dropped`.
+    pub const X86_FPU_DROPPED: &str = "x86_fpu_dropped";
+    /// `tp_btf/sched_switch`.
+    pub const SCHED_SWITCH: &str = "sched_switch";
+    /// `tp_btf/workqueue_queue_work`.
+    pub const WORKQUEUE_QUEUE_WORK: &str = "workqueue_queue_work";
+    /// `tp_btf/workqueue_execute_start`.
+    pub const WORKQUEUE_EXECUTE_START: &str = "workqueue_execute_start";
+    /// `tp_btf/workqueue_execute_end`.
+    pub const WORKQUEUE_EXECUTE_END: &str = "workqueue_execute_end";
+    /// `tp_btf/kfree`.
+    pub const KFREE: &str = "kfree";
+    /// `tp_btf/sched_process_free`.
+    pub const SCHED_PROCESS_FREE: &str = "sched_process_free";
+    /// `tp_btf/task_newtask`: follows the forks of followed processes.
+    pub const TASK_NEWTASK: &str = "task_newtask";
+}
