@@ -1,10 +1,8 @@
 //! Bad input fails before anything is attached, with a clear message and the right status.
 
-mod support;
-
 use std::process::Command;
 
-use support::{exitprof, require_root, run};
+use crate::support::{exitprof, require_root, run};
 
 fn assert_usage_error(args: &[&str], mentions: &str) {
     let out = run(args);

@@ -2,8 +2,6 @@
 //! command: the taskstats listener counts real exit messages, and `kernel.task_delayacct` is
 //! restored after a normal end, SIGINT, SIGTERM and (by the next run) SIGKILL.
 
-mod support;
-
 use std::{
     fs,
     process::{Child, Command, Output, Stdio},
@@ -11,8 +9,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::support::{exitprof, require_root};
 use serde_json::Value;
-use support::{exitprof, require_root};
 
 const DELAYACCT: &str = "/proc/sys/kernel/task_delayacct";
 /// Where a run keeps the original value while it holds the sysctl.

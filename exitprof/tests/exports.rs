@@ -2,8 +2,6 @@
 //! checked against the `--json` report; paths that cannot be written fail before the storm; a
 //! full disk leaves no partial file; an interrupted run is exported as partial.
 
-mod support;
-
 use std::{
     collections::HashMap,
     fs,
@@ -12,6 +10,7 @@ use std::{
     time::Duration,
 };
 
+use crate::support::{Started, assert_nothing_left, become_subreaper, exitprof, require_root, run};
 use base64::Engine as _;
 use hdrhistogram::{
     Histogram,
@@ -22,7 +21,6 @@ use hdrhistogram::{
 };
 use openmetrics_parser::{PrometheusValue, prometheus::parse_prometheus};
 use serde::Deserialize;
-use support::{Started, assert_nothing_left, become_subreaper, exitprof, require_root, run};
 
 /// The `--json` document's keys these tests read, typed.
 #[derive(Debug, Deserialize)]

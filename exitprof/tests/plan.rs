@@ -1,8 +1,6 @@
 //! `exitprof plan` on the running kernel: the named probes and their fallbacks.
 
-mod support;
-
-use support::{require_root, run, run_json};
+use crate::support::{require_root, run, run_json};
 
 #[test]
 fn free_ipc_ns_resolves_to_its_fallback() {

@@ -1,9 +1,7 @@
 //! The threads storm end to end on the running kernel: every exit recorded, none lost, latencies
 //! plausible, stages summing to the exit, blocks traced to their kernel stacks.
 
-mod support;
-
-use support::{num, require_root, run_json};
+use crate::support::{num, require_root, run_json};
 
 #[test]
 fn small_threads_storm_records_every_exit() {

@@ -1,8 +1,6 @@
 //! Every workload end to end on the running kernel: the exits recorded are exactly the exits the
 //! workload made, the drivers' own left out.
 
-mod support;
-
 use std::{
     fs,
     io::Write as _,
@@ -12,8 +10,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::support::{Watcher, num, require_root, run_json};
 use serde_json::Value;
-use support::{Watcher, num, require_root, run_json};
 
 /// Requires exactly `expected` exits recorded and none lost.
 fn assert_exits(doc: &Value, expected: u64, what: &str) {

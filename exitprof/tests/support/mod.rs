@@ -1,8 +1,6 @@
 //! Helpers shared by exitprof's integration tests. They run the real binary, which loads real
 //! eBPF programs into the running kernel: root is required, and CI runs them as root.
 
-#![allow(dead_code, reason = "each test binary uses its own subset of these helpers")]
-
 use std::process::{Command, Output};
 
 use serde_json::Value;

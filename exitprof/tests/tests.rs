@@ -1,0 +1,15 @@
+//! exitprof's integration tests, one module per part of it, in one binary. They run the real
+//! exitprof, which loads real eBPF programs into the running kernel: root is required, and they
+//! share kernel state, so they run one at a time (`cargo xtask test` does both).
+
+mod support;
+
+mod bad_input;
+mod compare;
+mod conditions;
+mod exports;
+mod kernel_cost;
+mod plan;
+mod reliability;
+mod threads_storm;
+mod workloads;
