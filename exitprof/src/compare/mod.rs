@@ -23,7 +23,7 @@ use crate::{
     run::{
         RunRequest,
         collect::collect_until,
-        start::{self, Attached, End, Prepared, Started},
+        start::{self, Attached, Prepared, Started, Stop},
     },
     target::{Storm, Target, ThreadsParams, UsageError, signals::Signals, workload::Workload},
 };
@@ -206,7 +206,7 @@ impl Comparer {
         }
         let restored = guard.restore().context("restoring the condition")?;
         self.interrupted = self.interrupted.or(collected.interrupted);
-        let End::Reaped(child) = collected.end else {
+        let Stop::Reaped(child) = collected.stop else {
             bail!("the workload of a comparison ended without being reaped");
         };
         if self.interrupted.is_some() {

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::start::{Attached, End, Started};
+use super::start::{Attached, Started, Stop};
 use crate::{
     analysis::session::Session,
     probes::maps::{self, RecordStream, monotonic_ns},
@@ -19,7 +19,7 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What collecting a target's records found.
 pub struct Collected {
-    pub end: End,
+    pub stop: Stop,
     /// The signal that stopped exitprof's children, if one did.
     pub interrupted: Option<i32>,
     /// From the start of collecting to the end of the target.
@@ -38,7 +38,7 @@ pub async fn collect_until(
     signals: &mut Signals,
     progress: &mut Progress,
 ) -> anyhow::Result<Collected> {
-    let Started { mut end, killer } = started;
+    let Started { mut stop, killer } = started;
     let begin = Instant::now();
     // A session can collect several targets in turn (compare): each is collected in full.
     session.stop_ns = u64::MAX;
@@ -52,7 +52,7 @@ pub async fn collect_until(
     let mut reads = tokio::time::interval(READ_INTERVAL);
     reads.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut interrupted = None;
-    let end = loop {
+    let stop = loop {
         tokio::select! {
             _ = reads.tick() => {
                 drain(exits.as_deref_mut(), |b| session.exit_record(b));
@@ -66,9 +66,9 @@ pub async fn collect_until(
                 ready?;
                 drain(deferred.as_deref_mut(), |b| session.deferred_record(b));
             }
-            ended = &mut end => break ended?,
+            stopped = &mut stop => break stopped?,
             signal = signals.next(), if interrupted.is_none() => {
-                let Some(killer) = &killer else { break End::Signal };
+                let Some(killer) = &killer else { break Stop::Signal };
                 progress.finish();
                 eprintln!("exitprof: {}: stopping the workload; partial results follow", signal_name(signal));
                 interrupted = Some(signal);
@@ -83,7 +83,7 @@ pub async fn collect_until(
     let stop_ns = monotonic_ns();
     session.stop_ns = stop_ns;
     let Some(probes) = probes.take() else {
-        return Ok(Collected { end, interrupted, elapsed, unfinished: 0 });
+        return Ok(Collected { stop, interrupted, elapsed, unfinished: 0 });
     };
 
     // The target has ended, but its last tasks may not have switched out for good yet, and
@@ -107,7 +107,7 @@ pub async fn collect_until(
     if let Some(symbols) = symbols {
         session.blocking.name_stacks(|id| maps::stack_frames(&probes.ebpf, symbols, id));
     }
-    Ok(Collected { end, interrupted, elapsed, unfinished })
+    Ok(Collected { stop, interrupted, elapsed, unfinished })
 }
 
 /// Waits for records on a stream; forever when there is none.

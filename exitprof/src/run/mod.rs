@@ -12,7 +12,7 @@ use serde::Serialize;
 use self::{
     collect::{Collected, collect_until},
     own_cost::{CostMeter, CpuTime, OwnCost},
-    start::{Attached, End, bump_memlock, load_options, plan_for, preflight, prepare, start},
+    start::{Attached, Stop, bump_memlock, load_options, plan_for, preflight, prepare, start},
 };
 use crate::{
     analysis::{blocking::BlockedIn, deferred::DeferredWork, profile::Profile, session::Session},
@@ -164,17 +164,17 @@ pub async fn run(request: &RunRequest) -> anyhow::Result<RunOutcome> {
     let (kernel, probe_misses) = attached.kernel_losses()?;
     attached.detach();
 
-    let Collected { end, interrupted, elapsed, unfinished } = collected;
+    let Collected { stop, interrupted, elapsed, unfinished } = collected;
     let blocked_in = session.blocking.report(BLOCKED_IN_SHOWN);
     let Session { profile, deferred, undecodable, .. } = session;
     let losses = Losses { kernel, undecodable, unfinished, hits: profile.lost_hits, probe_misses };
-    let (elapsed, child, ended) = match end {
+    let (elapsed, child, ended) = match stop {
         // Reaped after exitprof killed it on a signal.
-        End::Reaped(child) if interrupted.is_some() => (child.elapsed, Some(child), Ended::Signal),
-        End::Reaped(child) => (child.elapsed, Some(child), Ended::Workload),
-        End::ProcessExited => (elapsed, None, Ended::ProcessExited),
-        End::Elapsed => (elapsed, None, Ended::Duration),
-        End::Signal => (elapsed, None, Ended::Signal),
+        Stop::Reaped(child) if interrupted.is_some() => (child.elapsed, Some(child), Ended::Signal),
+        Stop::Reaped(child) => (child.elapsed, Some(child), Ended::Workload),
+        Stop::ProcessExited => (elapsed, None, Ended::ProcessExited),
+        Stop::Elapsed => (elapsed, None, Ended::Duration),
+        Stop::Signal => (elapsed, None, Ended::Signal),
     };
     Ok(RunOutcome {
         plan,

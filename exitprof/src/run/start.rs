@@ -200,9 +200,9 @@ pub fn load_options(prepared: &Prepared, request: &RunRequest) -> LoadOptions {
     }
 }
 
-/// The target, started or found, with what ends the run.
+/// The target, started or found, with what will stop collecting it.
 pub struct Started {
-    pub(super) end: Pin<Box<dyn Future<Output = anyhow::Result<End>>>>,
+    pub(super) stop: Pin<Box<dyn Future<Output = anyhow::Result<Stop>>>>,
     /// Kills exitprof's children, for targets it started.
     pub(super) killer: Option<Killer>,
 }
@@ -229,10 +229,10 @@ pub fn start(
             let running = gated.open()?;
             let killer = Some(running.killer());
             let waiter = tokio::task::spawn_blocking(move || running.wait());
-            let end = Box::pin(async move {
-                Ok(End::Reaped(waiter.await.context("workload waiter panicked")??))
+            let stop = Box::pin(async move {
+                Ok(Stop::Reaped(waiter.await.context("workload waiter panicked")??))
             });
-            Ok(Started { end, killer })
+            Ok(Started { stop, killer })
         }
         Prepared::Pid(pid) => {
             let exited = PidFd::open(pid)
@@ -243,15 +243,15 @@ pub fn start(
                 "exitprof: watching pid {pid} and its descendants ({followed} now){}",
                 until(duration, " or until it exits")
             );
-            let end = Box::pin(async move {
+            let stop = Box::pin(async move {
                 tokio::select! {
                     r = exited.exited() => {
-                        r.map(|()| End::ProcessExited).context("waiting for the watched process")
+                        r.map(|()| Stop::ProcessExited).context("waiting for the watched process")
                     }
-                    () = sleep_or_forever(duration) => Ok(End::Elapsed),
+                    () = sleep_or_forever(duration) => Ok(Stop::Elapsed),
                 }
             });
-            Ok(Started { end, killer: None })
+            Ok(Started { stop, killer: None })
         }
         Prepared::Comm(_) | Prepared::All => {
             let what = match target {
@@ -259,20 +259,25 @@ pub fn start(
                 _ => "every exit on the machine".to_owned(),
             };
             eprintln!("exitprof: watching {what}{}", until(duration, ""));
-            let end = Box::pin(async move {
+            let stop = Box::pin(async move {
                 sleep_or_forever(duration).await;
-                Ok(End::Elapsed)
+                Ok(Stop::Elapsed)
             });
-            Ok(Started { end, killer: None })
+            Ok(Started { stop, killer: None })
         }
     }
 }
 
-/// How the main loop ended.
-pub enum End {
+/// What stopped collecting a target's records (how the run ended is [`super::Ended`], which
+/// tells a stop by a signal from a workload that ended).
+pub enum Stop {
+    /// exitprof's children ended and were reaped.
     Reaped(ChildOutcome),
+    /// The watched process exited.
     ProcessExited,
+    /// --duration elapsed.
     Elapsed,
+    /// SIGINT or SIGTERM, while watching processes exitprof did not start.
     Signal,
 }
 
