@@ -65,7 +65,7 @@ impl fmt::Display for How {
 
 /// Deferred work an exit causes elsewhere, and the probes that observe it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Deferred {
+pub enum DeferredSite {
     /// The function that frees IPC namespaces: `free_ipc_ns` where it is a symbol, else its
     /// caller, the `free_ipc` work item (or, before v5.7, `put_ipc_ns`).
     FreeIpcNs,
@@ -93,7 +93,7 @@ pub enum Deferred {
 pub enum SiteId {
     Marker(Marker),
     Function(ExitFn),
-    Deferred(Deferred),
+    Deferred(DeferredSite),
 }
 
 impl SiteId {
@@ -102,16 +102,16 @@ impl SiteId {
             Self::Marker(m) => marker_name(m),
             Self::Function(f) => f.slot(),
             Self::Deferred(d) => match d {
-                Deferred::FreeIpcNs => "free_ipc_ns",
-                Deferred::ShmExitNs => "shm_exit_ns",
-                Deferred::SynchronizeRcu => "synchronize_rcu",
-                Deferred::Reap => "reap (parent's release_task)",
-                Deferred::WorkqueueQueue => "workqueue_queue_work (free_ipc)",
-                Deferred::WorkqueueStart => "workqueue_execute_start (free_ipc)",
-                Deferred::WorkqueueEnd => "workqueue_execute_end (free_ipc)",
-                Deferred::Kfree => "kfree (in free_ipc)",
-                Deferred::Wait4Return => "wait4 return (reap)",
-                Deferred::TaskFree => "sched_process_free",
+                DeferredSite::FreeIpcNs => "free_ipc_ns",
+                DeferredSite::ShmExitNs => "shm_exit_ns",
+                DeferredSite::SynchronizeRcu => "synchronize_rcu",
+                DeferredSite::Reap => "reap (parent's release_task)",
+                DeferredSite::WorkqueueQueue => "workqueue_queue_work (free_ipc)",
+                DeferredSite::WorkqueueStart => "workqueue_execute_start (free_ipc)",
+                DeferredSite::WorkqueueEnd => "workqueue_execute_end (free_ipc)",
+                DeferredSite::Kfree => "kfree (in free_ipc)",
+                DeferredSite::Wait4Return => "wait4 return (reap)",
+                DeferredSite::TaskFree => "sched_process_free",
             },
         }
     }
@@ -271,37 +271,44 @@ const SITES: &[Site] = &[
     // Deferred work.
     site(FREE_IPC_NS, probed("free_ipc_ns", &["free_ipc", "put_ipc_ns"], programs::FREE_IPC)),
     site(
-        SiteId::Deferred(Deferred::WorkqueueQueue),
+        SiteId::Deferred(DeferredSite::WorkqueueQueue),
         Hook::BtfTracepoint(programs::WORKQUEUE_QUEUE_WORK),
     ),
     fallback(
-        SiteId::Deferred(Deferred::WorkqueueStart),
+        SiteId::Deferred(DeferredSite::WorkqueueStart),
         Hook::BtfTracepoint(programs::WORKQUEUE_EXECUTE_START),
         FREE_IPC_NS,
     ),
     fallback(
-        SiteId::Deferred(Deferred::WorkqueueEnd),
+        SiteId::Deferred(DeferredSite::WorkqueueEnd),
         Hook::BtfTracepoint(programs::WORKQUEUE_EXECUTE_END),
         FREE_IPC_NS,
     ),
     site(SHM_EXIT_NS, probed("shm_exit_ns", &[], programs::SHM_EXIT_NS)),
-    fallback(SiteId::Deferred(Deferred::Kfree), Hook::BtfTracepoint(programs::KFREE), SHM_EXIT_NS),
+    fallback(
+        SiteId::Deferred(DeferredSite::Kfree),
+        Hook::BtfTracepoint(programs::KFREE),
+        SHM_EXIT_NS,
+    ),
     site(
-        SiteId::Deferred(Deferred::SynchronizeRcu),
+        SiteId::Deferred(DeferredSite::SynchronizeRcu),
         probed("synchronize_rcu", &[], programs::SYNCHRONIZE_RCU),
     ),
     site(REAP, probed("release_task", &[], programs::REAP)),
     fallback(
-        SiteId::Deferred(Deferred::Wait4Return),
+        SiteId::Deferred(DeferredSite::Wait4Return),
         Hook::Syscall(programs::SYS_EXIT_WAIT4),
         REAP,
     ),
-    site(SiteId::Deferred(Deferred::TaskFree), Hook::BtfTracepoint(programs::SCHED_PROCESS_FREE)),
+    site(
+        SiteId::Deferred(DeferredSite::TaskFree),
+        Hook::BtfTracepoint(programs::SCHED_PROCESS_FREE),
+    ),
 ];
 
-const FREE_IPC_NS: SiteId = SiteId::Deferred(Deferred::FreeIpcNs);
-const SHM_EXIT_NS: SiteId = SiteId::Deferred(Deferred::ShmExitNs);
-const REAP: SiteId = SiteId::Deferred(Deferred::Reap);
+const FREE_IPC_NS: SiteId = SiteId::Deferred(DeferredSite::FreeIpcNs);
+const SHM_EXIT_NS: SiteId = SiteId::Deferred(DeferredSite::ShmExitNs);
+const REAP: SiteId = SiteId::Deferred(DeferredSite::Reap);
 
 /// What the user wants beyond the exit path itself.
 #[derive(Clone, Copy, Debug, Default)]
@@ -382,7 +389,7 @@ impl Plan {
         let mut points = Vec::new();
         let mut unavailable = Vec::new();
         for site in SITES {
-            if site.id == SiteId::Deferred(Deferred::Kfree) && !wants.ipc_frees_via_kfree {
+            if site.id == SiteId::Deferred(DeferredSite::Kfree) && !wants.ipc_frees_via_kfree {
                 unavailable.push(Unplanned {
                     point: site.id.name(),
                     reason: "fires on every kfree of the machine: attached for the ipcns \
@@ -447,7 +454,7 @@ impl Plan {
     /// Whether the RCU grace period inside `free_ipc` runs is measured (`synchronize_rcu`
     /// probed).
     pub fn measures_rcu_wait(&self) -> bool {
-        self.points.iter().any(|p| p.site == SiteId::Deferred(Deferred::SynchronizeRcu))
+        self.points.iter().any(|p| p.site == SiteId::Deferred(DeferredSite::SynchronizeRcu))
     }
 
     fn require(&self, what: &'static str, any_of: &[Marker]) -> Result<(), PlanError> {
@@ -484,7 +491,9 @@ fn resolve_site(
             if matches!(
                 site.id,
                 SiteId::Deferred(
-                    Deferred::WorkqueueQueue | Deferred::WorkqueueStart | Deferred::WorkqueueEnd
+                    DeferredSite::WorkqueueQueue
+                        | DeferredSite::WorkqueueStart
+                        | DeferredSite::WorkqueueEnd
                 )
             ) && facts.kallsyms.address("free_ipc").is_none_or(|a| a == 0)
             {
@@ -711,7 +720,7 @@ ffffffff810000a0 T release_task
     #[test]
     fn kfree_is_attached_only_when_wanted() {
         let facts = facts(KALLSYMS_6_12, false, false);
-        let kfree = SiteId::Deferred(Deferred::Kfree);
+        let kfree = SiteId::Deferred(DeferredSite::Kfree);
         let without = Plan::resolve(&facts, AttachMode::Auto, WANTS).unwrap();
         assert_eq!(how(&without, kfree), None);
         let with =
