@@ -53,7 +53,7 @@ pub enum Command {
     /// Runs a workload driver in this process (internal; also runs it with no probes at all
     /// when started directly, which is how the driver benchmark measures it).
     #[command(name = "__workload", hide = true)]
-    Workload(WorkloadChild),
+    Driver(DriverArgs),
     /// Holds one side of a condition while a command runs, or until SIGINT or SIGTERM, then
     /// restores it and prints what it saw as one JSON line (internal: the tests use it).
     #[command(name = "__condition", hide = true)]
@@ -155,7 +155,7 @@ pub struct RunArgs {
 pub struct TargetArgs {
     /// The exit storm exitprof drives [default: threads].
     #[arg(long, value_enum)]
-    pub workload: Option<WorkloadKind>,
+    pub workload: Option<StormKind>,
     /// Watch an existing process and its descendants (the ones it has and the ones it forks).
     #[arg(long, value_name = "PID", value_parser = clap::value_parser!(u32).range(1..=i32::MAX as i64))]
     pub pid: Option<u32>,
@@ -171,7 +171,7 @@ pub struct TargetArgs {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum WorkloadKind {
+pub enum StormKind {
     /// N threads x reps, each sleeping (N-i)*stagger us before it exits (the 2006 taskstats
     /// thread's program).
     Threads,
@@ -264,10 +264,10 @@ impl RunArgs {
         if t.all {
             return Target::All;
         }
-        Target::Storm(match t.workload.unwrap_or(WorkloadKind::Threads) {
-            WorkloadKind::Threads => Storm::Threads(self.threads.params()),
-            WorkloadKind::Fork => Storm::Fork(self.forks.params()),
-            WorkloadKind::Ipcns => Storm::Ipcns(self.forks.params()),
+        Target::Storm(match t.workload.unwrap_or(StormKind::Threads) {
+            StormKind::Threads => Storm::Threads(self.threads.params()),
+            StormKind::Fork => Storm::Fork(self.forks.params()),
+            StormKind::Ipcns => Storm::Ipcns(self.forks.params()),
         })
     }
 
@@ -357,21 +357,21 @@ pub struct SweepArgs {
 
 /// The hidden child-process side of a workload.
 #[derive(Debug, Args)]
-pub struct WorkloadChild {
+pub struct DriverArgs {
     /// A socket shared with exitprof: the child reads one byte from it before starting (exitprof
     /// sends it once its probes are attached) and writes its report to it at the end. Without
     /// it the driver starts at once and reports nothing.
     #[arg(long)]
     pub channel_fd: Option<i32>,
     #[command(subcommand)]
-    pub workload: ChildWorkload,
+    pub command: DriverCommand,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ChildWorkload {
+pub enum DriverCommand {
     Threads(ThreadsArgs),
-    Fork(ChildForks),
-    Ipcns(ChildForks),
+    Fork(ForkLoopArgs),
+    Ipcns(ForkLoopArgs),
     /// Executes CMD with ARGS in place of the child, keeping its pid.
     Exec {
         /// The program to execute, as found on PATH by exitprof.
@@ -385,7 +385,7 @@ pub enum ChildWorkload {
 
 /// One sequential fork loop.
 #[derive(Clone, Copy, Debug, Args, PartialEq, Eq)]
-pub struct ChildForks {
+pub struct ForkLoopArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub count: u32,
 }
@@ -484,13 +484,13 @@ impl ConditionArgs {
     }
 }
 
-impl ChildWorkload {
+impl DriverCommand {
     /// What the workload child runs.
     pub fn driver(self) -> Driver {
         match self {
             Self::Threads(args) => Driver::Threads(args.params()),
-            Self::Fork(ChildForks { count }) => Driver::Fork { count },
-            Self::Ipcns(ChildForks { count }) => Driver::Ipcns { count },
+            Self::Fork(ForkLoopArgs { count }) => Driver::Fork { count },
+            Self::Ipcns(ForkLoopArgs { count }) => Driver::Ipcns { count },
             Self::Exec { program, argv } => Driver::Exec { program, argv },
         }
     }
@@ -679,14 +679,14 @@ mod tests {
     #[test]
     fn workload_child_parses() {
         let cli = parse(&["__workload", "--channel-fd", "5", "threads", "--threads", "4"]).unwrap();
-        let Some(Command::Workload(child)) = cli.command else { panic!("not a workload child") };
+        let Some(Command::Driver(child)) = cli.command else { panic!("not a workload child") };
         assert_eq!(child.channel_fd, Some(5));
-        let ChildWorkload::Threads(p) = child.workload else { panic!("not threads") };
+        let DriverCommand::Threads(p) = child.command else { panic!("not threads") };
         assert_eq!(p.threads, 4);
         let cli =
             parse(&["__workload", "exec", "--program", "/bin/sh", "sh", "-c", "true"]).unwrap();
-        let Some(Command::Workload(child)) = cli.command else { panic!("not a workload child") };
-        let ChildWorkload::Exec { program, argv } = child.workload else { panic!("not exec") };
+        let Some(Command::Driver(child)) = cli.command else { panic!("not a workload child") };
+        let DriverCommand::Exec { program, argv } = child.command else { panic!("not exec") };
         assert_eq!(program, "/bin/sh");
         assert_eq!(argv, ["sh", "-c", "true"]);
     }

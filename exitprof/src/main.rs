@@ -40,8 +40,8 @@ fn main() -> ExitCode {
         .format_timestamp(None)
         .init();
     let result = match cli.command {
-        Some(Command::Workload(child)) => {
-            workload::run_child(child.channel_fd, child.workload.driver())
+        Some(Command::Driver(child)) => {
+            workload::run_child(child.channel_fd, child.command.driver())
         }
         Some(Command::Plan(args)) => print_plan(args.probes.options(), args.json),
         Some(Command::Condition(args)) => {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{ExportSet, RunStats, Series, Variant, from_run::workload};
+use super::{ExportSet, RunStats, Series, Variant, from_run::workload_label};
 use crate::{
     analysis::stats::Spread,
     compare::{Comparer, Comparison, SideRuns, side_name},
@@ -44,7 +44,7 @@ impl ExportSet {
             kernel: comparer.plan.kernel.clone(),
             attach: comparer.plan.mode,
             probes: comparer.plan.points.clone(),
-            workload: workload(&WorkloadDoc::new(target, None)),
+            workload: workload_label(&WorkloadDoc::new(target, None)),
             started_at: comparer.started_at,
             partial: comparer.interrupted.is_some(),
             runs,

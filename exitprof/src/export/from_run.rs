@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{ExportSet, RunStats, Series, Variant, Workload};
+use super::{ExportSet, RunStats, Series, Variant, WorkloadLabel};
 use crate::{
     report::run_document::{RunDocument, WorkloadDoc},
     run::RunOutcome,
@@ -39,7 +39,7 @@ impl ExportSet {
             kernel: doc.kernel.clone(),
             attach: doc.attach,
             probes: doc.probes.clone(),
-            workload: workload(&doc.workload),
+            workload: workload_label(&doc.workload),
             started_at: run.started_at,
             partial: doc.partial,
             runs: vec![stats],
@@ -51,7 +51,7 @@ impl ExportSet {
 
 /// The workload as the document names it: its kind, and every parameter it has, whatever the
 /// workload (so a new workload's parameters are exported without a change here).
-pub(super) fn workload(doc: &WorkloadDoc) -> Workload {
+pub(super) fn workload_label(doc: &WorkloadDoc) -> WorkloadLabel {
     let Ok(Value::Object(fields)) = serde_json::to_value(doc) else {
         unreachable!("a workload document is a JSON object of plain values")
     };
@@ -66,7 +66,7 @@ pub(super) fn workload(doc: &WorkloadDoc) -> Workload {
         .filter(|(k, v)| *k != "kind" && !v.is_null())
         .map(|(k, v)| (k.clone(), text(v)))
         .collect();
-    Workload { kind, params }
+    WorkloadLabel { kind, params }
 }
 
 #[cfg(test)]
@@ -190,7 +190,7 @@ pub(crate) mod tests {
             stagger_us: 2,
             rate: None,
         });
-        let w = workload(&doc);
+        let w = workload_label(&doc);
         assert_eq!(w.kind, "threads");
         assert_eq!(w.describe(), "threads (threads=1000 reps=10 stagger_us=2)");
     }

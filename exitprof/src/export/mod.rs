@@ -174,7 +174,7 @@ pub struct ExportSet {
     pub attach: AttachMode,
     /// Every probe point, with the symbol or tracepoint it is attached to.
     pub probes: Vec<Planned>,
-    pub workload: Workload,
+    pub workload: WorkloadLabel,
     /// The condition an A/B compare or sweep switched on and off (its variants' `condition`).
     pub compared: Option<String>,
     /// When the (first) storm started.
@@ -190,9 +190,9 @@ pub struct ExportSet {
     pub document: String,
 }
 
-/// The storm that was driven.
+/// What was profiled, as the exports label it: its kind and parameters, as text.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Workload {
+pub struct WorkloadLabel {
     pub kind: String,
     /// Its parameters, named as on the command line (`threads`, `reps`, ...).
     pub params: Vec<(String, String)>,
@@ -273,7 +273,7 @@ impl Series {
     }
 }
 
-impl Workload {
+impl WorkloadLabel {
     /// `threads (threads=1000 reps=10 stagger_us=2)`.
     pub fn describe(&self) -> String {
         let params: Vec<String> = self.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -399,7 +399,7 @@ pub(crate) mod tests {
             kernel: "6.18.0-test".to_owned(),
             attach: AttachMode::Auto,
             probes: Vec::new(),
-            workload: Workload {
+            workload: WorkloadLabel {
                 kind: "threads".to_owned(),
                 params: vec![
                     ("threads".to_owned(), "50".to_owned()),
