@@ -71,7 +71,7 @@ pub const HEADER_LEN: usize = core::mem::offset_of!(ExitRecord, hits);
 
 /// Size on the wire of a record holding `n_hits` hits.
 pub const fn wire_len(n_hits: usize) -> usize {
-    HEADER_LEN + n_hits * core::mem::size_of::<Hit>()
+    HEADER_LEN + n_hits * size_of::<Hit>()
 }
 
 #[cfg(feature = "user")]

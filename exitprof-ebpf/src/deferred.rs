@@ -31,6 +31,7 @@ use crate::{
 
 /// A `free_ipc` run in progress, keyed by the kworker's pid.
 #[derive(Clone, Copy)]
+#[expect(clippy::struct_field_names, reason = "times, in ns like every time of exitprof")]
 struct IpcRun {
     start_ns: u64,
     rcu_since_ns: u64,

@@ -3,6 +3,15 @@
 #![no_main]
 #![feature(core_intrinsics)]
 #![expect(internal_features, reason = "atomic_xadd: the BPF target's only atomic add")]
+#![expect(
+    clippy::inline_always,
+    reason = "the helpers of the per-exit and per-switch paths are inlined into each program \
+              whatever LLVM's cost model says, rather than called as BPF subprograms"
+)]
+#![expect(
+    clippy::needless_pass_by_value,
+    reason = "aya's program attributes hand each program its context by value"
+)]
 
 mod deferred;
 mod exit_path;

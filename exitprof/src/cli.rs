@@ -453,7 +453,7 @@ impl CompareArgs {
 
 impl ProbeArgs {
     /// How the probes are to be attached.
-    pub fn options(&self) -> ProbeOptions {
+    pub fn options(self) -> ProbeOptions {
         ProbeOptions {
             attach: self.attach,
             kretprobe_maxactive: self.kretprobe_maxactive,

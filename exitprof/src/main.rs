@@ -112,7 +112,7 @@ fn run_and_report(request: &RunRequest) -> anyhow::Result<()> {
         || ExportSet::from_run(&outcome, &doc, document),
         outcome.interrupted,
     )?;
-    if let Some(failure) = outcome.child.as_ref().and_then(|c| c.failure()) {
+    if let Some(failure) = outcome.child.as_ref().and_then(workload::ChildOutcome::failure) {
         let what = match outcome.target {
             Target::Command(_) => "command",
             _ => "workload",

@@ -1,8 +1,9 @@
 //! `compare` and `sweep` on the running kernel: both sides measured and profiled, every run of
 //! each side recorded, the stage deltas adding up to the exit's, the sweep's rows.
 
-use crate::support::{num, require_root, run_json};
 use serde_json::Value;
+
+use crate::support::{num, require_root, run_json};
 
 fn side<'a>(doc: &'a Value, name: &str) -> &'a Value {
     &doc[name]

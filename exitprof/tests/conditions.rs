@@ -9,8 +9,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::support::{exitprof, require_root};
 use serde_json::Value;
+
+use crate::support::{exitprof, require_root};
 
 const DELAYACCT: &str = "/proc/sys/kernel/task_delayacct";
 /// Where a run keeps the original value while it holds the sysctl.

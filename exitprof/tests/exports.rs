@@ -5,12 +5,12 @@
 use std::{
     collections::HashMap,
     fs,
+    os::unix::fs::FileTypeExt as _,
     path::Path,
     process::{Command, Output},
     time::Duration,
 };
 
-use crate::support::{Started, assert_nothing_left, become_subreaper, exitprof, require_root, run};
 use base64::Engine as _;
 use hdrhistogram::{
     Histogram,
@@ -21,6 +21,8 @@ use hdrhistogram::{
 };
 use openmetrics_parser::{PrometheusValue, prometheus::parse_prometheus};
 use serde::Deserialize;
+
+use crate::support::{Started, assert_nothing_left, become_subreaper, exitprof, require_root, run};
 
 /// The `--json` document's keys these tests read, typed.
 #[derive(Debug, Deserialize)]
@@ -266,7 +268,6 @@ fn a_device_or_a_symlink_is_refused_before_the_storm_and_left_as_it_was() {
         assert_fails_before_the_storm(&out, &[path, what, "not a regular file"]);
         assert!(out.stdout.is_empty(), "a report was printed");
     }
-    use std::os::unix::fs::FileTypeExt as _;
     assert!(fs::symlink_metadata(&full).unwrap().file_type().is_char_device(), "device replaced");
     assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "symlink replaced");
     assert_eq!(file_names(dir.path()), ["full", "link.json"], "files were left behind");

@@ -1,7 +1,8 @@
 //! `--bpf-stats`: the kernel's own count of exitprof's program runs and run time during a storm.
 
-use crate::support::{num, require_root, run_json};
 use serde_json::Value;
+
+use crate::support::{num, require_root, run_json};
 
 /// The runs of `program` in the `kernel_cost` section.
 fn runs_of(cost: &Value, program: &str) -> f64 {

@@ -13,12 +13,13 @@ use std::{
     time::{Duration, Instant},
 };
 
+use serde_json::Value;
+
 use crate::support::{
     BpfIds, Started, assert_nothing_left, assert_unloaded, become_subreaper, children_of, exitprof,
     exitprof_kprobe_events, num, require_root, tracefs_instances, wait_for_sigint_handler,
     wait_with_deadline,
 };
-use serde_json::Value;
 
 /// exitprof's JSON document on stdout.
 fn document(out: &Output) -> Value {

@@ -10,8 +10,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::support::{Watcher, num, require_root, run_json};
 use serde_json::Value;
+
+use crate::support::{Watcher, num, require_root, run_json};
 
 /// Requires exactly `expected` exits recorded and none lost.
 fn assert_exits(doc: &Value, expected: u64, what: &str) {

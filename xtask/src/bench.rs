@@ -50,7 +50,9 @@ pub fn bench_driver(args: &BenchArgs) -> anyhow::Result<()> {
     let exitprof = root.join("target/release/exitprof");
 
     let program = |p: &Path, args: &[&str]| {
-        std::iter::once(p.display().to_string()).chain(args.iter().map(|a| a.to_string())).collect()
+        std::iter::once(p.display().to_string())
+            .chain(args.iter().map(ToString::to_string))
+            .collect()
     };
     let driver = |args: &[&str]| {
         let mut all = vec!["__workload"];

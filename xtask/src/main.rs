@@ -51,7 +51,7 @@ enum Task {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
-        Task::Setup => setup::setup().map(|_| ()),
+        Task::Setup => setup::setup(),
         Task::Run { args } => run(&args),
         Task::Test(args) => test::test(&args),
         Task::VmTest(args) => setup::setup().and_then(|()| vm::vm_test(&args)),

@@ -116,8 +116,8 @@ fn reap(pid: u32, started: Instant, cmd: &Command) -> anyhow::Result<Usage> {
     // SAFETY: rusage is plain data, filled in by the kernel.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointers to locals; the pid is our own unreaped child.
-    if unsafe { libc::wait4(pid as i32, &mut status, 0, &mut usage) } < 0 {
-        return Err(std::io::Error::last_os_error()).context("wait4");
+    if unsafe { libc::wait4(pid as i32, &raw mut status, 0, &raw mut usage) } < 0 {
+        return Err(io::Error::last_os_error()).context("wait4");
     }
     let elapsed = started.elapsed();
     if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
@@ -182,7 +182,7 @@ pub fn median(values: impl IntoIterator<Item = f64>) -> f64 {
     }
     v.sort_by(f64::total_cmp);
     let mid = v.len() / 2;
-    if v.len().is_multiple_of(2) { (v[mid - 1] + v[mid]) / 2.0 } else { v[mid] }
+    if v.len().is_multiple_of(2) { f64::midpoint(v[mid - 1], v[mid]) } else { v[mid] }
 }
 
 /// Compiles a C program into `out_dir` with `cc -O2 -pthread`.

@@ -136,7 +136,7 @@ impl DeferredWork {
                 let pid = r.object as u32;
                 match self.awaiting_free.remove(&pid) {
                     Some(exit_end) => {
-                        self.exit_to_task_free.record(r.start_ns.saturating_sub(exit_end), 0)
+                        self.exit_to_task_free.record(r.start_ns.saturating_sub(exit_end), 0);
                     }
                     None => {
                         self.early_frees.insert(pid, r.start_ns);

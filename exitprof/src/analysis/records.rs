@@ -295,7 +295,7 @@ pub(crate) mod tests {
         // SAFETY: reading the record's own bytes; it has no padding.
         unsafe {
             std::slice::from_raw_parts(
-                (record as *const DeferredRecord).cast::<u8>(),
+                std::ptr::from_ref::<DeferredRecord>(record).cast::<u8>(),
                 size_of::<DeferredRecord>(),
             )
         }

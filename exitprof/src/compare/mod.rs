@@ -87,22 +87,19 @@ impl Comparer {
     /// Checks the request, plans and (unless the probes are the condition) attaches.
     pub fn new(request: &CompareRequest) -> anyhow::Result<(Self, Workload)> {
         let target = &request.run.target;
-        let workload = match start::prepare(target)? {
-            (Prepared::Workload(workload), _) => workload,
-            _ => {
-                return Err(UsageError(
-                    "compare and sweep drive the workload themselves: use --workload or -- CMD, \
-                     not --pid, --comm or --all"
-                        .to_owned(),
-                )
-                .into());
-            }
+        let (Prepared::Workload(workload), _) = start::prepare(target)? else {
+            return Err(UsageError(
+                "compare and sweep drive the workload themselves: use --workload or -- CMD, not \
+                 --pid, --comm or --all"
+                    .to_owned(),
+            )
+            .into());
         };
         // Before loading, as in a run: a signal from here on ends the comparison by its path.
         let signals = Signals::new()?;
         start::preflight(&request.run.exports)?;
         start::bump_memlock();
-        let (facts, plan) = start::plan_for(target, &request.run.probes)?;
+        let (facts, plan) = start::plan_for(target, request.run.probes)?;
         let load = start::load_options(&Prepared::Workload(workload.clone()), &request.run);
         let attached = match request.toggle {
             Condition::Probes => None,
@@ -171,7 +168,7 @@ impl Comparer {
         target: &Target,
         runs: &mut SideRuns,
     ) -> anyhow::Result<()> {
-        let guard = self.condition.set(runs.side, &self.condition_options).with_context(|| {
+        let guard = self.condition.set(runs.side, self.condition_options).with_context(|| {
             format!("setting {} {}", self.condition.name(), side_name(runs.side))
         })?;
         let mut own = match (&self.attached, guard.probes_attached()) {

@@ -59,7 +59,7 @@ async fn hold(
     // Before the condition is set: from here on a signal ends the hold by the normal path.
     let mut signals = Signals::new()?;
     let what = format!("{} {}", condition.name(), if side == Side::On { "on" } else { "off" });
-    let guard = condition.set(side, &options).with_context(|| format!("setting {what}"))?;
+    let guard = condition.set(side, options).with_context(|| format!("setting {what}"))?;
     let mut interrupted = None;
     let child = match command.split_first() {
         Some((program, rest)) => {

@@ -83,7 +83,7 @@ impl Condition {
     pub fn set(
         self,
         side: Side,
-        options: &ConditionOptions,
+        options: ConditionOptions,
     ) -> Result<ConditionGuard, ConditionError> {
         let held = match (self, side) {
             (Condition::TaskstatsListener, Side::On) => {
@@ -92,10 +92,9 @@ impl Condition {
             (Condition::Delayacct, side) => Held::Delayacct(
                 delayacct::set(side == Side::On).map_err(ConditionError::Delayacct)?,
             ),
-            // Off means no listener of exitprof's; other programs' listeners are theirs.
-            (Condition::TaskstatsListener, Side::Off) => Held::Nothing,
-            // The runner attaches its probes or not, as `probes_attached` says.
-            (Condition::Probes, _) => Held::Nothing,
+            // Off means no listener of exitprof's; other programs' listeners are theirs. The
+            // runner attaches its probes or not, as `probes_attached` says.
+            (Condition::TaskstatsListener, Side::Off) | (Condition::Probes, _) => Held::Nothing,
         };
         Ok(ConditionGuard { condition: self, side, held: Some(held) })
     }
@@ -194,10 +193,10 @@ mod tests {
     fn only_probes_off_detaches_the_probes() {
         let options = ConditionOptions::default();
         for side in [Side::On, Side::Off] {
-            let guard = Condition::Probes.set(side, &options).unwrap();
+            let guard = Condition::Probes.set(side, options).unwrap();
             assert_eq!(guard.probes_attached(), side == Side::On);
         }
-        let guard = Condition::TaskstatsListener.set(Side::Off, &options).unwrap();
+        let guard = Condition::TaskstatsListener.set(Side::Off, options).unwrap();
         assert!(guard.probes_attached());
         assert!(guard.restore().unwrap().listener.is_none());
     }

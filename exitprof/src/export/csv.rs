@@ -23,7 +23,7 @@ pub fn encode(set: &ExportSet) -> Result<Vec<u8>, EncodeError> {
             w.write_record(tags.iter().copied().chain(values.iter().map(String::as_str)))?;
         }
     }
-    Ok(w.into_inner().map_err(|e| e.into_error())?)
+    Ok(w.into_inner().map_err(csv::IntoInnerError::into_error)?)
 }
 
 /// A quantile as a percentage, without the float noise of `q * 100` (`99.951171875`, not
@@ -39,6 +39,7 @@ mod tests {
     use crate::export::{Variant, tests::two_condition_set};
 
     #[derive(Debug, serde::Deserialize)]
+    #[expect(clippy::struct_field_names, reason = "the fields are the CSV's columns")]
     struct Row {
         stage: String,
         condition: String,

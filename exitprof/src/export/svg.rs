@@ -269,7 +269,7 @@ impl<'a> Figure<'a> {
             .margin_bottom(10)
             .x_label_area_size(45)
             .y_label_area_size(label_width)
-            .build_cartesian_2d(0.0..x_max, 0.0..rows as f64)?;
+            .build_cartesian_2d(0.0..x_max, 0.0..f64::from(rows))?;
         chart
             .configure_mesh()
             .x_desc("% of exit time")
@@ -287,7 +287,7 @@ impl<'a> Figure<'a> {
         };
         // Stage r's row spans y in [rows - r - 1, rows - r]: kernel order from the top. A row
         // holds one bar per variant, stacked downwards, with a gap around them.
-        let row_span = |row: usize| (rows - row as i32 - 1) as f64;
+        let row_span = |row: usize| f64::from(rows - row as i32 - 1);
         for (row, stage) in parts.iter().enumerate() {
             let name = Text::new(stage.to_string(), (-8, 0), text(HPos::Right, &BLACK));
             chart.draw_series([EmptyElement::at((0.0, row_span(row) + 0.5)) + name])?;
@@ -304,7 +304,7 @@ impl<'a> Figure<'a> {
             ])?;
             // The share after the bar, or inside its end where the bar leaves no room.
             let label = format!("{percent:.1}%");
-            let at = EmptyElement::at((percent, (top + bottom) / 2.0));
+            let at = EmptyElement::at((percent, f64::midpoint(top, bottom)));
             let text = if percent > x_max * 0.9 {
                 Text::new(label, (-6, 0), text(HPos::Right, if v == 0 { &WHITE } else { &BLACK }))
             } else {

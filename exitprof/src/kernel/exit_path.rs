@@ -163,6 +163,7 @@ impl ExitPath {
     }
 
     /// The first variant in which `points`, in the order they fired, keep the path's order.
+    #[expect(clippy::needless_pass_by_value, reason = "an iterator, cloned to walk each variant")]
     pub fn variant_for(&self, points: impl Iterator<Item = Point> + Clone) -> usize {
         (0..self.variants.len())
             .find(|&v| {

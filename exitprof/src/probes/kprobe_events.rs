@@ -138,7 +138,13 @@ fn open_tracepoint_event(id: u64) -> io::Result<OwnedFd> {
     attr.__bindgen_anon_2.wakeup_events = 1;
     // SAFETY: a valid attr; pid -1 with cpu 0 is the usual system-wide tracepoint event.
     let fd = unsafe {
-        sys::perf_event_open(&mut attr, -1, 0, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as u64)
+        sys::perf_event_open(
+            &raw mut attr,
+            -1,
+            0,
+            -1,
+            u64::from(sys::bindings::PERF_FLAG_FD_CLOEXEC),
+        )
     };
     if fd < 0 {
         return Err(io::Error::last_os_error());

@@ -221,7 +221,6 @@ mod tests {
     use std::collections::HashMap;
 
     use aya_obj::{Object, ParseError};
-    use exitprof_common::names;
 
     use super::*;
     use crate::probes::plan;
@@ -252,13 +251,13 @@ mod tests {
             .map(|(point, program)| format!("program {program} (for {point})"))
             .collect();
         missing.extend(
-            names::maps::ALL
+            maps::ALL
                 .iter()
                 .filter(|map| !object.maps.contains_key(**map))
                 .map(|map| format!("map {map}")),
         );
         missing.extend(
-            names::globals::ALL
+            globals::ALL
                 .iter()
                 .filter(|global| !has_global(&mut object, global))
                 .map(|global| format!("global {global}")),

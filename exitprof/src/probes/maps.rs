@@ -156,7 +156,7 @@ pub fn in_progress(
             .with_context(|| format!("the eBPF object has no {} map", names::maps::EXITING))?,
     )?;
     let mut n = 0;
-    for entry in exiting.iter() {
+    for entry in &exiting {
         let (_, record) = entry.context("reading exits in progress")?;
         if record.n_hits > 0 && record.hits[0].ts_ns <= until_ns && keep(record.tgid) {
             n += 1;
@@ -169,6 +169,6 @@ pub fn in_progress(
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: a valid timespec to fill in; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -142,7 +142,7 @@ pub async fn run(request: &RunRequest) -> anyhow::Result<RunOutcome> {
     let (prepared, burst_rate) = prepare(target)?;
     preflight(&request.exports)?;
     bump_memlock();
-    let (facts, plan) = plan_for(target, &request.probes)?;
+    let (facts, plan) = plan_for(target, request.probes)?;
     let mut attached = Attached::new(&plan, &facts, load_options(&prepared, request))?;
 
     let mut session = Session::new(&plan);

@@ -42,7 +42,7 @@ impl CpuTime {
         // SAFETY: rusage is plain data, filled in by the kernel.
         let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
         // SAFETY: a valid pointer to a local; RUSAGE_SELF cannot fail.
-        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut usage) };
         let seconds = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
         Self { user_s: seconds(usage.ru_utime), sys_s: seconds(usage.ru_stime) }
     }

@@ -54,7 +54,7 @@ pub fn preflight(exports: &[ExportTarget]) -> anyhow::Result<()> {
 pub fn bump_memlock() {
     let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
     // SAFETY: a valid rlimit struct.
-    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) } != 0 {
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raw const unlimited) } != 0 {
         log::debug!(
             "could not raise RLIMIT_MEMLOCK ({}); fine on kernels >= 5.11, which charge BPF \
              memory to the memory cgroup",
@@ -143,7 +143,7 @@ fn check_rate(rate: u64, threads: u32) -> anyhow::Result<f64> {
 }
 
 /// The probe plan to use for `target`.
-pub fn plan_for(target: &Target, probes: &ProbeOptions) -> anyhow::Result<(KernelFacts, Plan)> {
+pub fn plan_for(target: &Target, probes: ProbeOptions) -> anyhow::Result<(KernelFacts, Plan)> {
     let driven = matches!(target, Target::Storm(_) | Target::Command(_));
     let wants = Wants {
         // Following IPC namespace frees costs a probe on every kfree in tracepoint mode: only

@@ -73,7 +73,7 @@ impl Watcher {
             }
         });
         let mut watcher =
-            Self { child, stderr: rx, args: args.iter().map(|s| s.to_string()).collect() };
+            Self { child, stderr: rx, args: args.iter().map(ToString::to_string).collect() };
         let line = watcher.next_line_containing("watching");
         eprintln!("{line}");
         watcher
@@ -324,7 +324,7 @@ impl Started {
         std::thread::sleep(into_it);
         let held = BpfIds::held_by(pid);
         assert!(!held.programs.is_empty(), "exitprof {args:?} holds no BPF program mid-run");
-        let args = args.iter().map(|a| a.to_string()).collect();
+        let args = args.iter().map(ToString::to_string).collect();
         Self { child: Some(child), pid, workload, held, args }
     }
 

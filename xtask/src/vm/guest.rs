@@ -101,7 +101,7 @@ impl Report {
             };
             let mut words = rest.split(' ');
             match (words.next(), words.next(), words.next()) {
-                (Some("kernel"), Some(release), _) => report.kernel = release.to_owned(),
+                (Some("kernel"), Some(release), _) => release.clone_into(&mut report.kernel),
                 (Some("begin"), Some(name), _) => {
                     report.runs.extend(current.take());
                     current = Some(Run { name: name.to_owned(), ..Run::default() });

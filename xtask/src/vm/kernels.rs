@@ -96,7 +96,7 @@ fn newest_package(series: Series) -> anyhow::Result<String> {
         bail!("apt knows no package {meta}: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
     let prefix = format!("linux-image-{}.", series.name());
-    depends.iter().find(|p| p.starts_with(&prefix)).map(|p| p.to_string()).with_context(|| {
+    depends.iter().find(|p| p.starts_with(&prefix)).map(ToString::to_string).with_context(|| {
         format!(
             "{meta} depends on {depends:?}, not on a {} kernel: are apt's sources Debian 12 \
              (bookworm and bookworm-security)?",

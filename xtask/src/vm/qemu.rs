@@ -103,7 +103,7 @@ fn without_escapes(text: &str) -> String {
         if c != '\x1b' {
             out.push(c);
         } else if chars.next() == Some('[') {
-            chars.by_ref().find(|c| c.is_ascii_alphabetic());
+            chars.by_ref().find(char::is_ascii_alphabetic);
         }
     }
     out

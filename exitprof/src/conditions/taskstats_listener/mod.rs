@@ -284,7 +284,7 @@ impl ListenerCounts {
             let seq = msg.header.sequence_number;
             match msg.payload {
                 NetlinkPayload::InnerMessage(genl) if genl.resolved_family_id() == family => {
-                    self.count(genl.payload)
+                    self.count(genl.payload);
                 }
                 NetlinkPayload::Error(e) => {
                     let result = if e.code.is_some() { Err(e.to_io()) } else { Ok(()) };
@@ -332,7 +332,7 @@ fn set_rcvbuf(socket: &Socket, bytes: u32) -> Result<(), ListenerError> {
 fn set_recv_timeout(socket: &Socket, timeout: Duration) -> io::Result<()> {
     let tv = libc::timeval {
         tv_sec: timeout.as_secs() as libc::time_t,
-        tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+        tv_usec: libc::suseconds_t::from(timeout.subsec_micros()),
     };
     setsockopt(socket, libc::SO_RCVTIMEO, &tv)
 }
@@ -344,7 +344,7 @@ fn setsockopt<T>(socket: &Socket, option: libc::c_int, value: &T) -> io::Result<
             socket.as_raw_fd(),
             libc::SOL_SOCKET,
             option,
-            (value as *const T).cast(),
+            std::ptr::from_ref::<T>(value).cast(),
             size_of::<T>() as libc::socklen_t,
         )
     };

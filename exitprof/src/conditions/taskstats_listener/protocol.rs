@@ -71,7 +71,7 @@ impl Emitable for CpumaskRequest {
     }
 
     fn emit(&self, buffer: &mut [u8]) {
-        self.0.emit(buffer)
+        self.0.emit(buffer);
     }
 }
 

@@ -59,7 +59,7 @@ fn wait(pid: libc::pid_t) -> io::Result<i32> {
     let mut status = 0;
     loop {
         // SAFETY: a valid pointer to a local; `pid` is our own unreaped child.
-        if unsafe { libc::waitpid(pid, &mut status, 0) } >= 0 {
+        if unsafe { libc::waitpid(pid, &raw mut status, 0) } >= 0 {
             return Ok(status);
         }
         let err = io::Error::last_os_error();

@@ -117,6 +117,7 @@ fn needs(storm: &Storm) -> Needs {
 
 /// Fails when the machine cannot run `storm`.
 pub fn check(storm: &Storm, limits: &SystemLimits) -> Result<(), LimitError> {
+    const MIB: u64 = 1 << 20;
     let n = needs(storm);
     let what = || n.what.clone();
     if limits.tasks_now + n.tasks > limits.threads_max {
@@ -140,7 +141,6 @@ pub fn check(storm: &Storm, limits: &SystemLimits) -> Result<(), LimitError> {
     {
         return Err(LimitError::Nproc { what: what(), needed: n.tasks, limit, now });
     }
-    const MIB: u64 = 1 << 20;
     match limits.memory {
         Memory::Strict { commit_free } => {
             let needed = n.thread_stacks * limits.stack_bytes;
@@ -232,7 +232,7 @@ fn nproc() -> anyhow::Result<Option<(u64, u64)>> {
     }
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: a valid rlimit to fill in.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut limit) } != 0 {
+    if unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &raw mut limit) } != 0 {
         return Err(io::Error::last_os_error()).context("reading RLIMIT_NPROC");
     }
     if limit.rlim_cur == libc::RLIM_INFINITY {
@@ -262,13 +262,13 @@ fn default_stack_bytes() -> anyhow::Result<u64> {
     // SAFETY: attr is initialised by pthread_attr_init before it is read, and destroyed after.
     unsafe {
         let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-        let rc = libc::pthread_attr_init(&mut attr);
+        let rc = libc::pthread_attr_init(&raw mut attr);
         if rc != 0 {
             return Err(io::Error::from_raw_os_error(rc)).context("pthread_attr_init");
         }
         let mut size = 0;
-        let rc = libc::pthread_attr_getstacksize(&attr, &mut size);
-        libc::pthread_attr_destroy(&mut attr);
+        let rc = libc::pthread_attr_getstacksize(&raw const attr, &raw mut size);
+        libc::pthread_attr_destroy(&raw mut attr);
         if rc != 0 {
             return Err(io::Error::from_raw_os_error(rc)).context("pthread_attr_getstacksize");
         }

@@ -285,7 +285,7 @@ fn wait4(pid: u32) -> anyhow::Result<(i32, libc::rusage)> {
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     loop {
         // SAFETY: valid pointers to locals; the pid is our own unreaped child.
-        if unsafe { libc::wait4(pid as i32, &mut status, 0, &mut usage) } >= 0 {
+        if unsafe { libc::wait4(pid as i32, &raw mut status, 0, &raw mut usage) } >= 0 {
             return Ok((status, usage));
         }
         let err = io::Error::last_os_error();

@@ -19,7 +19,7 @@ extern "C" fn sleep_then_exit(sleep_ns: *mut libc::c_void) -> *mut libc::c_void 
     };
     // SAFETY: a valid timespec; no remainder wanted. Like the seed's usleep, it sleeps even for
     // zero (usleep(0) is a nanosleep system call too) and ignores interruptions.
-    unsafe { libc::nanosleep(&ts, ptr::null_mut()) };
+    unsafe { libc::nanosleep(&raw const ts, ptr::null_mut()) };
     ptr::null_mut()
 }
 
@@ -70,7 +70,7 @@ fn rep(
         // SAFETY: `sleep_then_exit` takes its argument by value (an integer in a pointer) and
         // the default attributes are used.
         let rc = unsafe {
-            libc::pthread_create(&mut handle, ptr::null(), sleep_then_exit, sleep_ns as *mut _)
+            libc::pthread_create(&raw mut handle, ptr::null(), sleep_then_exit, sleep_ns as *mut _)
         };
         if rc != 0 {
             create_error = Some(io::Error::from_raw_os_error(rc));
