@@ -4,6 +4,7 @@
 mod bench;
 mod bench_scale;
 mod command;
+mod layout;
 mod measure;
 mod overhead;
 mod setup;

@@ -1,6 +1,6 @@
 //! `cargo xtask test`: the whole test suite, in the order that fails fastest.
 //!
-//! 1. lints: rustfmt, clippy on the userspace crates and on the eBPF crate;
+//! 1. lints: the layout's rules, rustfmt, clippy on the userspace crates and on the eBPF crate;
 //! 2. unit tests (no root needed);
 //! 3. integration tests, as root, one at a time (they load eBPF programs and share kernel state);
 //! 4. the VM tests on Debian kernels (kprobe and fentry modes, which this host lacks).
@@ -12,7 +12,7 @@ use clap::Args;
 
 use crate::{
     command::{cargo, root_command, run, workspace_root},
-    setup,
+    layout, setup,
     vm::{self, VmTestArgs},
 };
 
@@ -46,8 +46,10 @@ fn stage(name: &str, f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<(
     Ok(())
 }
 
-/// rustfmt, and clippy on both halves: userspace for the host, eBPF for the BPF target.
+/// The layout's rules, rustfmt, and clippy on both halves: userspace for the host, eBPF for the
+/// BPF target.
 pub fn lint() -> anyhow::Result<()> {
+    layout::check()?;
     cargo(&["fmt", "--all", "--", "--check"])?;
     cargo(&[
         "clippy",
