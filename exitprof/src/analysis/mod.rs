@@ -3,8 +3,9 @@
 //! and the statistics of repeated runs.
 //!
 //! Pure: no aya, no tokio, no I/O (`cargo xtask test` fails on any use of aya or tokio here).
-//! It reads the probe plan (`probes::plan`) and the kernel's exit-path table to name stages,
-//! and nothing that loads, runs or prints.
+//! It reads the probe plan (`probes::plan`) and the kernel's exit-path table to name stages;
+//! it must not import `run`, `report`, `export` or `cli` (its tests may check their figures
+//! against what `report` says of them).
 
 pub mod blocking;
 pub mod comparison;

@@ -1,6 +1,9 @@
 //! `exitprof compare` and `exitprof sweep`: the same storm with a condition on and off,
 //! interleaved, measured as the seeds did (user, sys and elapsed time of the storm's process)
 //! and explained stage by stage with exitprof's probes.
+//!
+//! Like `run`, which it drives once per storm, it ties the other folders together; it must not
+//! import `cli` (`main.rs` hands it a [`CompareRequest`]).
 
 use std::time::SystemTime;
 

@@ -14,6 +14,10 @@
 //! sets it finds the original value on record and restores it (see [`delayacct`]); its taskstats
 //! listener goes with its socket (the kernel drops a listener whose socket is closed at the next
 //! exit it would have sent it).
+//!
+//! `hold` is the hidden `__condition` command. Of the rest of exitprof, conditions use only
+//! `target`'s signal handling: a condition is set and restored the same whether probes are
+//! attached or not.
 
 pub mod delayacct;
 pub mod hold;

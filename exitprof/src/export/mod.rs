@@ -5,6 +5,9 @@
 //! condition of an A/B compare, a row of a sweep; a plain run has one plain variant), and the
 //! [`Series`]: one histogram per stage per variant. Files are written atomically, so no reader
 //! ever sees half an export, and a failed write leaves nothing behind.
+//!
+//! The set is built from what a run or comparison produced and the documents `report` made of
+//! it. Must not import `cli`, nor load, attach or read the eBPF object.
 
 mod atomic_file;
 mod csv;

@@ -1,4 +1,5 @@
-//! Reading what the kernel side produced: exit records from the ring buffer, loss counters, and
+//! The eBPF object's maps as userspace uses them: the ring buffers of records, readable from
+//! tokio; the loss counters; the kernel stacks where exits blocked; the processes to follow; the
 //! exits still in progress.
 
 use anyhow::Context as _;

@@ -1,4 +1,10 @@
-//! What a run reports: the terminal tables and the JSON document.
+//! Everything a person reads: the terminal report of a run, the JSON documents of a run, a
+//! comparison or sweep and the probe plan, the verdicts, the progress line, and how durations
+//! and rates are written.
+//!
+//! It reads what runs and comparisons produced (`run::RunOutcome`, `compare::Comparison`) and
+//! the plan. Must not import `cli`, nor load, attach or read the eBPF object (of `probes`, only
+//! the plan's and the programs' costs' data).
 
 pub mod compare_document;
 pub mod plan_document;

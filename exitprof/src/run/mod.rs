@@ -1,5 +1,9 @@
-//! One profiled run, end to end: check the request, plan, attach, start or find the target,
-//! collect, detach.
+//! One profiled run, end to end: check the request, plan, attach, start or find the target
+//! (`start`), collect its records (`collect`), detach, and what exitprof spent doing it
+//! (`own_cost`).
+//!
+//! It ties the other folders together; it must not import `cli` (`main.rs` hands it a
+//! [`RunRequest`]).
 
 pub mod collect;
 pub mod own_cost;
