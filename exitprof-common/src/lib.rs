@@ -1,7 +1,8 @@
-//! Types shared by exitprof's eBPF programs and its userspace.
+//! Types and names shared by exitprof's eBPF programs and its userspace.
 //!
-//! Everything here is `#[repr(C)]` plain data: the kernel side writes it, userspace reads the same
-//! bytes back. With the `user` feature the types implement [`aya::Pod`].
+//! The records are `#[repr(C)]` plain data: the kernel side writes them, userspace reads the same
+//! bytes back; with the `user` feature they implement [`aya::Pod`]. [`names`] and the list of
+//! exit functions in [`point`] name the eBPF object's maps, globals and programs for both sides.
 #![no_std]
 
 pub mod counters;
