@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use anyhow::{Context as _, bail};
 
 use crate::{
-    analysis::{comparison::RunMeasure, session::Session},
+    analysis::{blocking::BlockedIn, comparison::RunMeasure, session::Session},
     conditions::{Condition, ConditionOptions, Side},
     export::ExportSet,
     kernel::KernelFacts,
@@ -22,9 +22,8 @@ use crate::{
         progress::Progress,
         run_document::exit_rate,
     },
-    run,
     run::{
-        RunRequest,
+        self, RunRequest,
         collect::collect_until,
         start::{self, Attached, Prepared, Started, Stop},
     },
@@ -59,7 +58,7 @@ pub struct SideRuns {
 
 impl SideRuns {
     /// Where this side's exits blocked.
-    pub fn blocked_in(&self) -> Vec<crate::analysis::blocking::BlockedIn> {
+    pub fn blocked_in(&self) -> Vec<BlockedIn> {
         self.session.blocking.report(run::BLOCKED_IN_SHOWN)
     }
 }
