@@ -268,8 +268,8 @@ pub fn start(
     }
 }
 
-/// What stopped collecting a target's records (how the run ended is [`super::Ended`], which
-/// tells a stop by a signal from a workload that ended).
+/// What stopped collecting a target's records. The report says it as [`super::Ended`], which
+/// also tells a workload killed on a signal from one that ended by itself.
 pub enum Stop {
     /// exitprof's children ended and were reaped.
     Reaped(ChildOutcome),
