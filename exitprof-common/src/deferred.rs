@@ -18,6 +18,9 @@ pub enum DeferredKind {
     /// A task queued the `free_ipc` work item at `start_ns`: a namespace it released waits for
     /// the next run.
     IpcFreeQueued = 5,
+    /// A parent's `wait4` returned a reaped child at `start_ns` (`object` = the child's pid as
+    /// the parent's PID namespace sees it): the tracepoint stand-in for `Reap`.
+    WaitReaped = 6,
 }
 
 impl DeferredKind {
@@ -28,6 +31,7 @@ impl DeferredKind {
             3 => Some(Self::Reap),
             4 => Some(Self::TaskFreed),
             5 => Some(Self::IpcFreeQueued),
+            6 => Some(Self::WaitReaped),
             _ => None,
         }
     }

@@ -10,5 +10,6 @@ pub mod deferred;
 pub mod names;
 pub mod point;
 pub mod record;
+pub mod sample;
 pub mod sizes;
-pub mod tracked;
+pub mod task;

@@ -17,18 +17,19 @@ macro_rules! names {
 /// Maps userspace reads or sizes.
 pub mod maps {
     names! {
+        /// Every task's state in its local storage (`crate::task::TaskState`): userspace marks
+        /// the processes to follow through their pidfds.
+        TASKS,
         /// Finished exit records, a ring buffer sized at load time.
         EXITS,
         /// Deferred-work records, a ring buffer.
         DEFERRED,
-        /// Per-CPU loss counters, indexed by [`crate::counters`].
-        LOSSES,
-        /// Followed thread groups, valued by [`crate::tracked`].
-        TRACKED,
-        /// Exits in progress, by thread id.
-        EXITING,
-        /// Kernel stacks where exiting tasks blocked.
-        BLOCK_STACKS,
+        /// On-CPU samples of followed exits (`crate::sample::Sample`), a ring buffer.
+        SAMPLES,
+        /// Per-CPU counters, indexed by [`crate::counters`].
+        COUNTERS,
+        /// Settings changed while the programs run (slot 0: stop opening exit records).
+        CONTROL,
     }
 }
 
@@ -37,16 +38,29 @@ pub mod globals {
     names! {
         /// Record every exit on the machine (non-zero: on).
         TRACE_ALL,
-        /// Take the stack of each block of an exiting task (non-zero: on).
-        BLOCK_STACKS_ON,
+        /// Kernel stacks walked per second and CPU where exits block, at most (0: none).
+        BLOCK_WALKS_PER_SEC,
         /// Unread bytes of a ring buffer above which a new record wakes userspace.
         WAKEUP_BYTES,
         /// Record the exits of tasks with this name.
         TARGET_COMM,
+        /// Device and inode of exitprof's PID namespace (0 in the initial one).
+        PIDNS_DEV,
+        PIDNS_INO,
+        /// Whether `sched_process_exit` carries `group_dead` (v6.16+).
+        EXIT_TP_GROUP_DEAD,
         /// `offsetof(struct task_struct, pid)`.
         TASK_PID_OFFSET,
         /// `offsetof(struct task_struct, tgid)`.
         TASK_TGID_OFFSET,
+        /// `offsetof(struct task_struct, flags)`.
+        TASK_FLAGS_OFFSET,
+        /// `offsetof(struct task_struct, group_leader)`.
+        TASK_GROUP_LEADER_OFFSET,
+        /// `offsetof(struct task_struct, signal)`.
+        TASK_SIGNAL_OFFSET,
+        /// `offsetof(struct signal_struct, live)`.
+        SIGNAL_LIVE_OFFSET,
         /// `offsetof(struct task_struct, comm)`.
         TASK_COMM_OFFSET,
         /// `offsetof(struct task_struct, nsproxy)`.
@@ -152,6 +166,8 @@ pub mod programs {
     pub const KFREE: &str = "kfree";
     /// `tp_btf/sched_process_free`.
     pub const SCHED_PROCESS_FREE: &str = "sched_process_free";
-    /// `tp_btf/task_newtask`: follows the forks of followed processes.
+    /// `tp_btf/task_newtask`: follows the tasks followed ones create.
     pub const TASK_NEWTASK: &str = "task_newtask";
+    /// The perf-event program of the sampling clock.
+    pub const SAMPLE_CPU: &str = "sample_cpu";
 }

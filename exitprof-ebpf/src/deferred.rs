@@ -20,13 +20,16 @@ use exitprof_common::{
     deferred::{DeferredKind, DeferredRecord},
 };
 
+use exitprof_common::task::{FOLLOW_NONE, PHASE_DONE};
+
 use crate::{
-    exit_state::{follows_by_name, is_followed, is_target_task},
-    helpers::{current_pid, now_ns, read_at},
+    exit_state::{follows_by_name, inherited_follow},
+    helpers::{current_pid, now_ns, read_at, task_pid_tgid},
     maps::{
-        DEFERRED, FREE_IPC_ADDR, TASK_PID_OFFSET, TASK_TGID_OFFSET, WORK_FUNC_OFFSET, count_loss,
+        DEFERRED, FREE_IPC_ADDR, TASK_PID_OFFSET, TASKS, TRACE_ALL, WORK_FUNC_OFFSET, count,
         wakeup_flag,
     },
+    task_storage::{Task, current_task},
 };
 
 /// A `free_ipc` run in progress, keyed by the kworker's pid.
@@ -68,13 +71,16 @@ fn emit(kind: DeferredKind, start_ns: u64, end_ns: u64, object: u64, wait_ns: u6
     let record =
         DeferredRecord { kind: kind as u32, pid: current_pid(), start_ns, end_ns, object, wait_ns };
     if DEFERRED.output::<DeferredRecord>(record, wakeup_flag(&DEFERRED)).is_err() {
-        count_loss(counters::DEFERRED_RINGBUF_FULL);
+        count(counters::DEFERRED_RINGBUF_FULL);
     }
 }
 
 fn open_ipc_run() {
     let run = IpcRun { start_ns: now_ns(), rcu_since_ns: 0, rcu_ns: 0 };
-    let _ = IPC_RUNS.insert(current_pid(), run, 0);
+    if IPC_RUNS.insert(current_pid(), run, 0).is_err() {
+        count(counters::DEFERRED_STATE_FULL);
+        return;
+    }
     set_ipc_run_on_cpu(current_pid());
 }
 
@@ -219,16 +225,18 @@ pub fn kfree(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
-/// A parent enters `release_task(struct task_struct *p)` for a tracked child that is not itself
-/// (threads release themselves at the end of their exit).
+/// A parent enters `release_task(struct task_struct *p)` for a child that is not itself
+/// (threads release themselves at the end of their exit). Reaps by a followed parent are
+/// noted; those of children whose exits were not recorded join none in userspace.
 fn reap_start(task: *const u8) {
     let Some(child) = read_at::<u32>(task, TASK_PID_OFFSET.load()) else { return };
-    let Some(child_tgid) = read_at::<u32>(task, TASK_TGID_OFFSET.load()) else { return };
     let parent = current_pid();
-    if child == parent || !is_target_task(task, child_tgid) {
+    if child == parent || !parent_is_followed() {
         return;
     }
-    let _ = REAPING.insert(parent, (child, now_ns()), 0);
+    if REAPING.insert(parent, (child, now_ns()), 0).is_err() {
+        count(counters::DEFERRED_STATE_FULL);
+    }
 }
 
 fn reap_end() {
@@ -256,7 +264,7 @@ pub fn kretprobe_exit_reap(_ctx: RetProbeContext) -> u32 {
 
 #[fentry]
 pub fn fentry_enter_reap(ctx: FEntryContext) -> u32 {
-    reap_start(ctx.arg(0));
+    reap_start(ctx.arg::<*const u8>(0));
     0
 }
 
@@ -266,34 +274,43 @@ pub fn fexit_exit_reap(_ctx: FExitContext) -> u32 {
     0
 }
 
-/// `syscalls:sys_exit_wait4`: in tracepoint mode, the moment a parent has reaped a child (the
-/// syscall returns the child's pid).
+/// `syscalls:sys_exit_wait4`: in tracepoint mode, the moment a followed parent has reaped a child
+/// (the syscall returns the child's pid, as the parent's PID namespace sees it).
 #[tracepoint]
 pub fn sys_exit_wait4(ctx: TracePointContext) -> u32 {
     // Field `long ret` at offset 16 (after the common header and `__syscall_nr`), stable across
     // kernels for syscall exit events.
     // SAFETY: a bounded read of the tracepoint record.
     let ret: i64 = unsafe { ctx.read_at(16) }.unwrap_or(-1);
-    // The child is gone: when exits are chosen by name, every reap is sent, and those of other
-    // children join no exit.
-    if ret > 0 && (follows_by_name() || is_followed(ret as u32)) {
+    if ret > 0 && parent_is_followed() {
         let now = now_ns();
-        emit(DeferredKind::Reap, now, now, ret as u64, 0);
+        emit(DeferredKind::WaitReaped, now, now, ret as u64, 0);
     }
     0
 }
 
-/// `sched_process_free(struct task_struct *p)`, from the RCU callback that frees a task.
+/// Whether the current task's children's exits may be recorded: it is followed, or exits are
+/// chosen by name or all of them (the reaps of other children then join no exit).
+#[inline(always)]
+fn parent_is_followed() -> bool {
+    if TRACE_ALL.load() != 0 || follows_by_name() {
+        return true;
+    }
+    let parent = current_task();
+    // SAFETY: a storage pointer from a successful lookup.
+    let follow =
+        TASKS.get(parent).map_or_else(|| inherited_follow(parent), |s| unsafe { (*s).follow });
+    follow != FOLLOW_NONE
+}
+
+/// `sched_process_free(struct task_struct *p)`, from the RCU callback that frees a task whose
+/// exit was recorded.
 #[btf_tracepoint]
 pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
-    let task: *const u8 = ctx.arg(0);
-    let (Some(pid), Some(tgid)) = (
-        read_at::<u32>(task, TASK_PID_OFFSET.load()),
-        read_at::<u32>(task, TASK_TGID_OFFSET.load()),
-    ) else {
-        return 0;
-    };
-    if is_target_task(task, tgid) {
+    let task: Task = ctx.arg(0);
+    // SAFETY: a storage pointer from a successful lookup.
+    if TASKS.get(task).is_some_and(|state| unsafe { (*state).phase } == PHASE_DONE) {
+        let (pid, _) = task_pid_tgid(task);
         let now = now_ns();
         emit(DeferredKind::TaskFreed, now, now, u64::from(pid), 0);
     }

@@ -12,7 +12,10 @@ use aya_ebpf::{
 };
 use exitprof_common::point::{ExitFn, Marker, fn_code, marker_code};
 
-use crate::exit_state::{Opens, hit_current};
+use crate::{
+    exit_state::{Opens, group_dead_current, hit_current},
+    maps::EXIT_TP_GROUP_DEAD,
+};
 
 /// `SIGKILL` (include/uapi/asm-generic/signal.h).
 const SIGKILL: i32 = 9;
@@ -54,8 +57,13 @@ pub fn signal_deliver(ctx: BtfTracePointContext) -> i32 {
 /// `sched_process_exit(struct task_struct *p[, bool group_dead])`: `group_dead` and the position
 /// right after `taskstats_exit` are v6.16+; older kernels fire it after `exit_mm`/`acct_process`.
 #[btf_tracepoint]
-pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
+pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     reach(Marker::SchedProcessExit, Opens::Late);
+    if EXIT_TP_GROUP_DEAD.load() != 0 {
+        // A `bool` in the low byte of its argument slot.
+        let group_dead: u64 = ctx.arg(1);
+        group_dead_current(group_dead & 0xff != 0);
+    }
     0
 }
 
@@ -98,8 +106,8 @@ macro_rules! exit_fn_probes {
         paste::paste! {
             $(
                 #[kprobe]
-                pub fn [<kprobe_enter_ $slot>](_ctx: ProbeContext) -> u32 {
-                    hit_current(fn_code(ExitFn::$variant, false), Opens::Never);
+                pub fn [<kprobe_enter_ $slot>](ctx: ProbeContext) -> u32 {
+                    entered(ExitFn::$variant, || ctx.arg::<i32>(1).unwrap_or(0));
                     0
                 }
 
@@ -110,8 +118,8 @@ macro_rules! exit_fn_probes {
                 }
 
                 #[fentry]
-                pub fn [<fentry_enter_ $slot>](_ctx: FEntryContext) -> u32 {
-                    hit_current(fn_code(ExitFn::$variant, false), Opens::Never);
+                pub fn [<fentry_enter_ $slot>](ctx: FEntryContext) -> u32 {
+                    entered(ExitFn::$variant, || ctx.arg::<i32>(1));
                     0
                 }
 
@@ -123,6 +131,18 @@ macro_rules! exit_fn_probes {
             )+
         }
     };
+}
+
+/// The entry of an exit-path function. `taskstats_exit(struct task_struct *tsk, int group_dead)`
+/// also says whether the exit ends its thread group, as the kernel decided it; `second_arg`
+/// reads that argument, and is called for no other function (the test is resolved at compile
+/// time, so the other programs never read an argument their function may not have).
+#[inline(always)]
+fn entered(function: ExitFn, second_arg: impl FnOnce() -> i32) {
+    hit_current(fn_code(function, false), Opens::Never);
+    if function == ExitFn::TaskstatsExit {
+        group_dead_current(second_arg() != 0);
+    }
 }
 
 exitprof_common::for_each_exit_fn!(exit_fn_probes);

@@ -1,47 +1,82 @@
-//! The per-task exit state: created at the first probe point of an exit, extended by every later
-//! point, sent to userspace at the final switch-out.
+//! The per-task exit state, in the task's local storage: opened at the first probe point of an
+//! exit, extended by every later point, sent to userspace at the final switch-out.
 
-use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id};
+use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_smp_processor_id};
 use exitprof_common::{
     counters,
-    record::{ExitRecord, FLAG_LATE_START, MAX_HITS, wire_len},
+    point::{Marker, marker_code},
+    record::{
+        ExitRecord, FLAG_GROUP_DEAD, FLAG_GROUP_DEAD_EXACT, FLAG_LATE_START, FLAG_TRUNCATED,
+        MAX_HITS, wire_len,
+    },
     sizes::COMM_LEN,
-    tracked,
+    task::{DRIVER, EXCLUDED, FOLLOW_NONE, FOLLOWED, PHASE_DONE, PHASE_EXITING, TaskState},
 };
 
 use crate::{
-    helpers::{current_ipc_ns, now_ns, read_at},
+    helpers::{
+        current_ipc_ns, current_ns_pid_tgid, current_pid_tgid, group_leader, now_ns, read_at,
+        task_pid_tgid,
+    },
     maps::{
-        EMPTY_RECORD, EXITING, EXITS, ON_CPU_EXIT, TARGET_COMM, TASK_COMM_OFFSET, TRACE_ALL,
-        TRACKED, count_loss, wakeup_flag,
+        EXITS, SIGNAL_LIVE_OFFSET, TARGET_COMM, TASK_SIGNAL_OFFSET, TASKS, TRACE_ALL, count,
+        stopped, wakeup_flag,
     },
     sched::back_on_cpu,
+    task_storage::{Task, current_task},
 };
 
-/// Whether exits of the current task, of thread group `tgid`, are recorded.
-#[inline(always)]
-pub fn is_target(tgid: u32) -> bool {
-    is_followed(tgid) || (follows_by_name() && bpf_get_current_comm().is_ok_and(is_target_comm))
+/// Whether a probe point may open a task's exit record.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Opens {
+    /// A start point: opens the record (and replaces a stale one).
+    Start,
+    /// A point only exits reach: opens the record, flagged late, when no start was seen.
+    Late,
+    /// A point tasks also reach outside their exit (callees of `do_exit` run on other paths
+    /// too: `task_work_run` on every return to userspace, `put_ipc_ns` in `unshare`, ...):
+    /// only extends an open record.
+    Never,
 }
 
-/// Whether exits of `task` (not the current task), of thread group `tgid`, are recorded.
+/// How a task without state of its own is followed: as its thread group's leader is (a thread
+/// that existed before exitprof marked its process). A driver's threads are followed.
 #[inline(always)]
-pub fn is_target_task(task: *const u8, tgid: u32) -> bool {
-    is_followed(tgid)
-        || (follows_by_name()
-            && read_at::<[u8; COMM_LEN]>(task, TASK_COMM_OFFSET.load()).is_some_and(is_target_comm))
+pub fn inherited_follow(task: Task) -> u32 {
+    let (pid, tgid) = task_pid_tgid(task);
+    if pid == tgid {
+        return FOLLOW_NONE;
+    }
+    match TASKS.get(group_leader(task)) {
+        // SAFETY: a storage pointer from a successful lookup.
+        Some(leader) => match unsafe { (*leader).follow } {
+            DRIVER => FOLLOWED,
+            follow => follow,
+        },
+        None => FOLLOW_NONE,
+    }
 }
 
-/// Whether thread group `tgid` is followed: every exit, or a tracked process.
+/// Whether an exit of the current task, followed as `follow`, is recorded.
 #[inline(always)]
-pub fn is_followed(tgid: u32) -> bool {
-    TRACE_ALL.load() != 0 || TRACKED.get_ptr(tgid).is_some()
+fn is_target(follow: u32) -> bool {
+    match follow {
+        FOLLOWED => true,
+        // A driver's own exit, and exitprof's, are never part of the target.
+        DRIVER | EXCLUDED => false,
+        _ => TRACE_ALL.load() != 0 || (follows_by_name() && current_comm_is_target()),
+    }
 }
 
 /// Whether exits are also chosen by task name (`TARGET_COMM` is set).
 #[inline(always)]
 pub fn follows_by_name() -> bool {
     TARGET_COMM.load()[0] != 0
+}
+
+#[inline(always)]
+fn current_comm_is_target() -> bool {
+    bpf_get_current_comm().is_ok_and(is_target_comm)
 }
 
 /// Whether a task name is `TARGET_COMM`.
@@ -59,127 +94,106 @@ fn is_target_comm(comm: [u8; COMM_LEN]) -> bool {
     a == b
 }
 
-/// Whether task `pid` of thread group `tgid` is the main thread of a storm driver, whose exit
-/// is not part of the storm.
-#[inline(always)]
-fn is_driver(pid: u32, tgid: u32) -> bool {
-    pid == tgid
-        && TRACKED.get_ptr(tgid).is_some_and(|value| {
-            // SAFETY: a map value pointer from a successful lookup.
-            unsafe { *value == tracked::DRIVER }
-        })
-}
-
-/// Whether a probe point may open a task's exit record.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Opens {
-    /// A start point: opens the record (and replaces a stale one).
-    Start,
-    /// A point only exits reach: opens the record, flagged late, when no start was seen.
-    Late,
-    /// A point tasks also reach outside their exit (callees of `do_exit` run on other paths
-    /// too: `task_work_run` on every return to userspace, `put_ipc_ns` in `unshare`, ...):
-    /// only extends an open record.
-    Never,
-}
-
 /// Records that the current task reached `point`.
 #[inline(always)]
 pub fn hit_current(point: u8, opens: Opens) {
-    let is_start = opens == Opens::Start;
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let (pid, tgid) = (pid_tgid as u32, (pid_tgid >> 32) as u32);
+    let task = current_task();
     let now = now_ns();
-    if let Some(record) = EXITING.get_ptr_mut(pid) {
-        // SAFETY: the entry belongs to the current task, and a task runs on one CPU at a time.
-        let record = unsafe { &mut *record };
-        if returned_unseen(record, now) {
-            set_on_cpu_exit(pid);
+    let state = match TASKS.get(task) {
+        Some(state) => {
+            // SAFETY: the current task's own storage; a task runs on one CPU at a time.
+            let state = unsafe { &mut *state };
+            if state.phase == PHASE_EXITING {
+                extend(state, point, opens, now);
+                return;
+            }
+            if opens == Opens::Never || state.phase == PHASE_DONE || !is_target(state.follow) {
+                return;
+            }
+            state
         }
-        if is_start {
-            count_loss(counters::STALE_RECORD);
-            restart(record, tgid);
+        None => {
+            if opens == Opens::Never {
+                return;
+            }
+            let follow = inherited_follow(task);
+            if !is_target(follow) || stopped() {
+                return;
+            }
+            let Some(state) = TASKS.get_or_create(task) else {
+                count(counters::STATE_FULL);
+                return;
+            };
+            // SAFETY: created for the current task just now.
+            let state = unsafe { &mut *state };
+            state.follow = follow;
+            state
         }
-        push_hit(record, point, now);
-        return;
-    }
-    if opens == Opens::Never || !is_target(tgid) || is_driver(pid, tgid) {
-        return;
-    }
-    let Some(record) = open_exit(pid, tgid) else {
-        return;
     };
-    // SAFETY: as above; the entry was created for the current task just now.
-    let record = unsafe { &mut *record };
-    if !is_start {
-        record.flags |= FLAG_LATE_START;
+    if stopped() {
+        return;
     }
-    push_hit(record, point, now);
+    open(state, opens != Opens::Start);
+    push_hit(&mut state.record, point, now);
 }
 
-/// The current task runs, so it is back on this CPU: if its record still says it is off-CPU,
-/// no `sched_switch` showed its return, and its interval closes now, late. Whether it did.
+/// A point of an exit whose record is open.
 #[inline(always)]
-fn returned_unseen(record: &mut ExitRecord, now: u64) -> bool {
-    if record.off_since_ns == 0 {
-        return false;
+fn extend(state: &mut TaskState, point: u8, opens: Opens, now: u64) {
+    returned_unseen(state, now);
+    if opens == Opens::Start {
+        // A task exits once: a second start means the first record lost its end.
+        count(counters::STALE_RECORD);
+        count(counters::EXITS_ENDED);
+        open(state, false);
     }
-    count_loss(counters::UNSEEN_RETURN);
-    back_on_cpu(record, now);
-    true
+    push_hit(&mut state.record, point, now);
 }
 
-/// Creates the `EXITING` entry of a task.
+/// Starts the current task's exit record.
 #[inline(always)]
-fn open_exit(pid: u32, tgid: u32) -> Option<*mut ExitRecord> {
-    let empty = EMPTY_RECORD.get(0)?;
-    if EXITING.insert(pid, empty, 0).is_err() {
-        count_loss(counters::STATE_FULL);
-        return None;
-    }
-    let record = EXITING.get_ptr_mut(pid)?;
-    // SAFETY: the entry was created for this task just now.
-    unsafe {
-        (*record).pid = pid;
-        (*record).tgid = tgid;
-        (*record).block_stack = -1;
-        (*record).ipc_ns = current_ipc_ns();
-    }
-    set_on_cpu_exit(pid);
-    Some(record)
-}
-
-/// Notes which followed exit runs on this CPU now (0: none).
-#[inline(always)]
-pub fn set_on_cpu_exit(pid: u32) {
-    if let Some(slot) = ON_CPU_EXIT.get_ptr_mut(0) {
-        // SAFETY: a per-CPU slot, written only by programs on this CPU.
-        unsafe { *slot = pid };
-    }
-}
-
-/// Starts a record over for a new exit.
-#[inline(always)]
-fn restart(record: &mut ExitRecord, tgid: u32) {
+fn open(state: &mut TaskState, late: bool) {
+    let (pid, tgid) = current_pid_tgid();
+    let (ns_pid, ns_tgid) = current_ns_pid_tgid();
+    let record = &mut state.record;
+    record.pid = pid;
     record.tgid = tgid;
+    record.ns_pid = ns_pid;
+    record.ns_tgid = ns_tgid;
     record.n_hits = 0;
     record.lost_hits = 0;
-    record.flags = 0;
+    record.flags = if late { FLAG_LATE_START } else { 0 };
     record.off_cpu_ns = 0;
     record.runq_ns = 0;
     record.longest_block_ns = 0;
-    record.block_stack = -1;
+    record.block_stack_ns = 0;
     record.off_since_ns = 0;
+    record.block_stack_len = 0;
+    record.block_stack_hit = 0;
     record.ipc_ns = current_ipc_ns();
-    set_on_cpu_exit(record.pid);
+    state.phase = PHASE_EXITING;
+    count(counters::EXITS_OPENED);
 }
 
-/// Appends one hit, or counts it as lost when the record is full.
+/// The current task runs, so it is back on a CPU: if its record still says it is off-CPU, no
+/// `sched_switch` showed its return, and its interval closes now, late.
 #[inline(always)]
-pub fn push_hit(record: &mut ExitRecord, point: u8, now: u64) {
+fn returned_unseen(state: &mut TaskState, now: u64) {
+    if state.record.off_since_ns != 0 {
+        count(counters::UNSEEN_RETURN);
+        back_on_cpu(state, now);
+    }
+}
+
+/// Appends one hit. The last slot is kept for the final switch-out: a record that runs out of
+/// slots loses the hits in between, is flagged truncated, and still ends where the exit ended.
+#[inline(always)]
+fn push_hit(record: &mut ExitRecord, point: u8, now: u64) {
     let i = record.n_hits as usize;
-    if i >= MAX_HITS {
+    let last = point == marker_code(Marker::FinalSwitch);
+    if i >= MAX_HITS || (i == MAX_HITS - 1 && !last) {
         record.lost_hits += 1;
+        record.flags |= FLAG_TRUNCATED;
         return;
     }
     record.points[i] = point;
@@ -189,21 +203,52 @@ pub fn push_hit(record: &mut ExitRecord, point: u8, now: u64) {
     record.n_hits += 1;
 }
 
-/// Ends the exit of task `pid` at its final switch-out: sends its record and forgets it.
+/// Notes the kernel's own `group_dead` for the current task's exit, if it is being recorded.
 #[inline(always)]
-pub fn finish_exit(pid: u32, record: *mut ExitRecord, point: u8, now: u64) {
-    // SAFETY: `record` is `pid`'s entry, and `pid` is the task being switched out on this CPU.
-    let rec = unsafe { &mut *record };
-    returned_unseen(rec, now);
-    push_hit(rec, point, now);
+pub fn group_dead_current(group_dead: bool) {
+    if let Some(state) = TASKS.get(current_task()) {
+        // SAFETY: the current task's own storage.
+        let state = unsafe { &mut *state };
+        if state.phase == PHASE_EXITING {
+            state.record.flags |= FLAG_GROUP_DEAD_EXACT;
+            if group_dead {
+                state.record.flags |= FLAG_GROUP_DEAD;
+            }
+        }
+    }
+}
+
+/// Where the kernel's `group_dead` was not seen: the exit ended its group if no thread of it is
+/// still alive at its end (`signal->live`, which `do_exit` decrements early on). Two threads
+/// ending their exits at once may both see 0.
+#[inline(always)]
+fn classify_group_dead(task: Task, record: &mut ExitRecord) {
+    if record.flags & FLAG_GROUP_DEAD_EXACT != 0 {
+        return;
+    }
+    let signal = read_at::<u64>(task.cast(), TASK_SIGNAL_OFFSET.load()).unwrap_or(0);
+    if signal != 0 && read_at::<i32>(signal as *const u8, SIGNAL_LIVE_OFFSET.load()) == Some(0) {
+        record.flags |= FLAG_GROUP_DEAD;
+    }
+}
+
+/// Ends the exit of `task` at its final switch-out: sends its record.
+#[inline(always)]
+pub fn finish_exit(task: Task, state: &mut TaskState, now: u64) {
+    returned_unseen(state, now);
+    let record = &mut state.record;
+    push_hit(record, marker_code(Marker::FinalSwitch), now);
+    classify_group_dead(task, record);
     // SAFETY: no side effects.
-    rec.cpu = unsafe { bpf_get_smp_processor_id() };
-    let n = rec.n_hits as usize;
+    record.cpu = unsafe { bpf_get_smp_processor_id() };
+    let n = record.n_hits as usize;
     let len = wire_len(if n > MAX_HITS { MAX_HITS } else { n });
     // SAFETY: `len` never exceeds the size of the record it is read from.
-    let bytes = unsafe { core::slice::from_raw_parts(record.cast::<u8>(), len) };
+    let bytes = unsafe { core::slice::from_raw_parts((&raw const *record).cast::<u8>(), len) };
     if EXITS.output::<[u8]>(bytes, wakeup_flag(&EXITS)).is_err() {
-        count_loss(counters::RINGBUF_FULL);
+        count(counters::RINGBUF_FULL);
     }
-    let _ = EXITING.remove(pid);
+    state.phase = PHASE_DONE;
+    // After the record is in the ring buffer: userspace that sees the count also finds it.
+    count(counters::EXITS_ENDED);
 }

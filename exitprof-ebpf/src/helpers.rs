@@ -1,10 +1,24 @@
 //! Small helpers every probe family uses.
 
-use aya_ebpf::helpers::{
-    bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
+use aya_ebpf::{
+    bindings::bpf_pidns_info,
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        generated::bpf_get_ns_current_pid_tgid,
+    },
 };
 
-use crate::maps::{NSPROXY_IPC_NS_OFFSET, TASK_NSPROXY_OFFSET};
+use crate::{
+    maps::{
+        NSPROXY_IPC_NS_OFFSET, PIDNS_DEV, PIDNS_INO, TASK_FLAGS_OFFSET, TASK_GROUP_LEADER_OFFSET,
+        TASK_NSPROXY_OFFSET, TASK_PID_OFFSET, TASK_TGID_OFFSET,
+    },
+    task_storage::Task,
+};
+
+/// `PF_EXITING` in `task_struct::flags` (include/linux/sched.h): set by `exit_signals`, the first
+/// thing `do_exit` does that can be seen from outside the task.
+pub const PF_EXITING: u32 = 0x0000_0004;
 
 /// CLOCK_MONOTONIC now, in ns: the clock of every timestamp exitprof records.
 #[inline(always)]
@@ -13,10 +27,38 @@ pub fn now_ns() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
+/// Thread id and thread-group id of the current task.
+#[inline(always)]
+pub fn current_pid_tgid() -> (u32, u32) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    (pid_tgid as u32, (pid_tgid >> 32) as u32)
+}
+
 /// Thread id of the current task.
 #[inline(always)]
 pub fn current_pid() -> u32 {
-    bpf_get_current_pid_tgid() as u32
+    current_pid_tgid().0
+}
+
+/// The current task's thread id and thread-group id as exitprof's PID namespace sees them
+/// (`(0, 0)` when the task is not in it).
+#[inline(always)]
+pub fn current_ns_pid_tgid() -> (u32, u32) {
+    let ino = PIDNS_INO.load();
+    if ino == 0 {
+        return current_pid_tgid();
+    }
+    let mut info = bpf_pidns_info { pid: 0, tgid: 0 };
+    // SAFETY: `info` is a valid buffer of the size given.
+    let found = unsafe {
+        bpf_get_ns_current_pid_tgid(
+            PIDNS_DEV.load(),
+            ino,
+            &raw mut info,
+            size_of::<bpf_pidns_info>() as u32,
+        )
+    };
+    if found == 0 { (info.pid, info.tgid) } else { (0, 0) }
 }
 
 /// Reads a `T` at `base + offset` in kernel memory; `None` when the read faults.
@@ -24,6 +66,40 @@ pub fn current_pid() -> u32 {
 pub fn read_at<T>(base: *const u8, offset: u32) -> Option<T> {
     // SAFETY: bpf_probe_read_kernel checks the address and fails cleanly on a bad one.
     unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize).cast::<T>()) }.ok()
+}
+
+/// A field of a trusted task pointer, at an offset from read-only data: the verifier knows the
+/// offset and checks the load against the kernel's BTF, so no helper call is needed.
+#[inline(always)]
+fn task_field<T: Copy>(task: Task, offset: u32) -> T {
+    // SAFETY: `task` is a trusted `task_struct` pointer and `offset` a field's offset in it, from
+    // the running kernel's BTF; the verifier rejects any other access. Volatile, so that the
+    // compiler does not merge neighbouring fields into one load that spans both.
+    unsafe { core::ptr::read_volatile(task.cast::<u8>().add(offset as usize).cast::<T>()) }
+}
+
+/// `task->flags`.
+#[inline(always)]
+pub fn task_flags(task: Task) -> u32 {
+    task_field(task, TASK_FLAGS_OFFSET.load())
+}
+
+/// Whether `task` is exiting (`PF_EXITING`).
+#[inline(always)]
+pub fn is_exiting(task: Task) -> bool {
+    task_flags(task) & PF_EXITING != 0
+}
+
+/// `task->pid` and `task->tgid`.
+#[inline(always)]
+pub fn task_pid_tgid(task: Task) -> (u32, u32) {
+    (task_field(task, TASK_PID_OFFSET.load()), task_field(task, TASK_TGID_OFFSET.load()))
+}
+
+/// `task->group_leader`: trusted like `task` itself.
+#[inline(always)]
+pub fn group_leader(task: Task) -> Task {
+    task_field(task, TASK_GROUP_LEADER_OFFSET.load())
 }
 
 /// `current->nsproxy->ipc_ns`: the IPC namespace the current task belongs to (0 if unknown).

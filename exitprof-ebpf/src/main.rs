@@ -1,8 +1,6 @@
 //! exitprof's eBPF programs, one module per probe family.
 #![no_std]
 #![no_main]
-#![feature(core_intrinsics)]
-#![expect(internal_features, reason = "atomic_xadd: the BPF target's only atomic add")]
 #![expect(
     clippy::inline_always,
     reason = "the helpers of the per-exit and per-switch paths are inlined into each program \
@@ -18,7 +16,9 @@ mod exit_path;
 mod exit_state;
 mod helpers;
 mod maps;
+mod sampler;
 mod sched;
+mod task_storage;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -3,52 +3,28 @@
 
 use aya_ebpf::{
     Global,
-    macros::map,
-    maps::{Array, HashMap, PerCpuArray, RingBuf, StackTrace},
+    macros::{btf_map, map},
+    maps::{Array, PerCpuArray, RingBuf},
 };
-use exitprof_common::{
-    counters,
-    record::ExitRecord,
-    sizes::{COMM_LEN, TRACKED_PROCESSES},
-};
+use exitprof_common::{counters, sizes::COMM_LEN, task::TaskState};
 
-/// Exits in progress, keyed by thread id.
-#[map]
-pub static EXITING: HashMap<u32, ExitRecord> = HashMap::with_max_entries(8_192, 0);
+use crate::task_storage::TaskStorage;
 
-/// A zeroed record, the initial value of every new `EXITING` entry (a record is too large for the
-/// 512-byte eBPF stack).
-#[map]
-pub static EMPTY_RECORD: Array<ExitRecord> = Array::with_max_entries(1, 0);
-
-/// Per CPU: the thread id of the exiting task running there, when exitprof follows its exit
-/// (0: none). Lets `sched_switch`, which runs on every context switch of the machine, skip its
-/// map lookups for every other task.
-#[map]
-pub static ON_CPU_EXIT: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
-
-/// Followed exits whose task is switched out right now (slot 0; signed, so that a count that
-/// went wrong shows as not positive and only costs lookups).
-#[map]
-pub static OFF_CPU_EXITS: Array<i64> = Array::with_max_entries(1, 0);
-
-/// Kernel stacks where exiting tasks blocked, by id (the longest block of each exit names
-/// one).
-#[map]
-pub static BLOCK_STACKS: StackTrace = StackTrace::with_max_entries(4096, 0);
-
-/// Take the stack of each block in `BLOCK_STACKS` (non-zero: on).
-#[unsafe(no_mangle)]
-pub static BLOCK_STACKS_ON: Global<u32> = Global::new(1);
-
-/// Thread-group ids whose exits are recorded (unless `TRACE_ALL` is set); the workload's, then
-/// its descendants' as they fork.
-#[map]
-pub static TRACKED: HashMap<u32, u8> = HashMap::with_max_entries(TRACKED_PROCESSES, 0);
+/// Every task's state: how it is followed and, while it exits, its exit record.
+#[btf_map]
+pub static TASKS: TaskStorage<TaskState> = TaskStorage::new();
 
 /// Finished exit records, to userspace. Resized by userspace at load time.
 #[map]
 pub static EXITS: RingBuf = RingBuf::with_byte_size(16 * 1024 * 1024, 0);
+
+/// Deferred-work records, to userspace.
+#[map]
+pub static DEFERRED: RingBuf = RingBuf::with_byte_size(1024 * 1024, 0);
+
+/// On-CPU samples of followed exits, to userspace.
+#[map]
+pub static SAMPLES: RingBuf = RingBuf::with_byte_size(1024 * 1024, 0);
 
 /// Unread bytes in a ring buffer above which a new record wakes userspace (the exit ring
 /// buffer's size / 4, set at load). Below it records wait for userspace's periodic read: a
@@ -57,7 +33,7 @@ pub static EXITS: RingBuf = RingBuf::with_byte_size(16 * 1024 * 1024, 0);
 pub static WAKEUP_BYTES: Global<u64> = Global::new(1 << 20);
 
 /// `BPF_RB_NO_WAKEUP` and `BPF_RB_FORCE_WAKEUP` (include/uapi/linux/bpf.h).
-const BPF_RB_NO_WAKEUP: u64 = 1;
+pub const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 /// `BPF_RB_AVAIL_DATA`: unread bytes, for `bpf_ringbuf_query`.
 const BPF_RB_AVAIL_DATA: u64 = 0;
@@ -73,23 +49,45 @@ pub fn wakeup_flag(ring: &RingBuf) -> u64 {
     }
 }
 
-/// Loss counters, indexed by `exitprof_common::counters`.
+/// Counters, indexed by `exitprof_common::counters`.
 #[map]
-pub static LOSSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(counters::COUNT, 0);
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counters::COUNT, 0);
 
-/// Record every exit on the machine, not only tracked thread groups (non-zero: on).
+/// Settings userspace changes while the programs run: slot [`STOPPED`].
+#[map]
+pub static CONTROL: Array<u32> = Array::with_max_entries(1, 0);
+
+/// `CONTROL` slot: non-zero once the target has ended; exits that start from then on are not
+/// part of the run and are not opened, so that userspace can wait for those in progress.
+pub const STOPPED: u32 = 0;
+
+/// Record every exit on the machine, not only followed tasks (non-zero: on).
 #[unsafe(no_mangle)]
 pub static TRACE_ALL: Global<u32> = Global::new(0);
-
-/// Deferred-work records, to userspace.
-#[map]
-pub static DEFERRED: RingBuf = RingBuf::with_byte_size(1024 * 1024, 0);
 
 /// Record the exits of tasks with this name (comm, NUL-padded; all zero: off).
 #[unsafe(no_mangle)]
 pub static TARGET_COMM: Global<[u8; COMM_LEN]> = Global::new([0; COMM_LEN]);
 
+/// Kernel stacks walked per second and CPU, at most, where exits block (0: none). A walk costs
+/// microseconds; the budget keeps that bounded however many exits block.
+#[unsafe(no_mangle)]
+pub static BLOCK_WALKS_PER_SEC: Global<u32> = Global::new(0);
+
+/// The device and inode of exitprof's PID namespace (`/proc/self/ns/pid`); both 0 in the
+/// initial namespace, where the kernel's pids are the ones exitprof sees.
+#[unsafe(no_mangle)]
+pub static PIDNS_DEV: Global<u64> = Global::new(0);
+#[unsafe(no_mangle)]
+pub static PIDNS_INO: Global<u64> = Global::new(0);
+
+/// Non-zero where `sched_process_exit` carries `group_dead` (v6.16+).
+#[unsafe(no_mangle)]
+pub static EXIT_TP_GROUP_DEAD: Global<u32> = Global::new(0);
+
 // Kernel structure offsets, from the running kernel's BTF (Rust eBPF has no CO-RE relocations).
+// They live in read-only data, which the verifier reads as constants: loads at these offsets
+// from a trusted task pointer are checked against the kernel's BTF like any field access.
 
 /// `offsetof(struct task_struct, pid)`.
 #[unsafe(no_mangle)]
@@ -98,6 +96,22 @@ pub static TASK_PID_OFFSET: Global<u32> = Global::new(0);
 /// `offsetof(struct task_struct, tgid)`.
 #[unsafe(no_mangle)]
 pub static TASK_TGID_OFFSET: Global<u32> = Global::new(0);
+
+/// `offsetof(struct task_struct, flags)`.
+#[unsafe(no_mangle)]
+pub static TASK_FLAGS_OFFSET: Global<u32> = Global::new(0);
+
+/// `offsetof(struct task_struct, group_leader)`.
+#[unsafe(no_mangle)]
+pub static TASK_GROUP_LEADER_OFFSET: Global<u32> = Global::new(0);
+
+/// `offsetof(struct task_struct, signal)`.
+#[unsafe(no_mangle)]
+pub static TASK_SIGNAL_OFFSET: Global<u32> = Global::new(0);
+
+/// `offsetof(struct signal_struct, live)`.
+#[unsafe(no_mangle)]
+pub static SIGNAL_LIVE_OFFSET: Global<u32> = Global::new(0);
 
 /// `offsetof(struct task_struct, comm)`.
 #[unsafe(no_mangle)]
@@ -119,12 +133,18 @@ pub static WORK_FUNC_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static FREE_IPC_ADDR: Global<u64> = Global::new(0);
 
-/// Counts one loss of the given kind.
+/// Adds one to a counter.
 #[inline(always)]
-pub fn count_loss(counter: u32) {
-    if let Some(slot) = LOSSES.get_ptr_mut(counter) {
+pub fn count(counter: u32) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(counter) {
         // SAFETY: a per-CPU slot is only touched by programs running on this CPU, which do not
         // preempt each other.
         unsafe { *slot += 1 };
     }
+}
+
+/// Whether userspace has stopped the run: no new exit is opened.
+#[inline(always)]
+pub fn stopped() -> bool {
+    CONTROL.get(STOPPED).is_some_and(|&stop| stop != 0)
 }

@@ -1,43 +1,27 @@
-//! Scheduler probes: the end of an exit, off-CPU time inside it, and which processes to follow.
-
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
+//! Scheduler probes: the end of an exit, off-CPU time inside it, where it blocked, and which
+//! tasks to follow.
 
 use aya_ebpf::{
-    helpers::bpf_get_current_pid_tgid,
-    macros::btf_tracepoint,
-    programs::{BtfTracePointContext, tracing::StackIdContext as _},
+    EbpfContext as _, helpers::generated::bpf_get_stack, macros::btf_tracepoint, maps::PerCpuArray,
+    programs::BtfTracePointContext,
 };
 use exitprof_common::{
     counters,
-    point::{Marker, marker_code},
-    record::{ExitRecord, FLAG_OFF_RUNNABLE},
-    tracked,
+    record::{BLOCK_STACK_DEPTH, FLAG_OFF_RUNNABLE},
+    task::{EXCLUDED, FOLLOW_NONE, FOLLOWED, PHASE_EXITING, TaskState},
 };
 
 use crate::{
-    exit_state::finish_exit,
-    helpers::{now_ns, read_at},
-    maps::{
-        BLOCK_STACKS, BLOCK_STACKS_ON, EXITING, OFF_CPU_EXITS, ON_CPU_EXIT, TASK_PID_OFFSET,
-        TRACKED, count_loss,
-    },
+    exit_state::{finish_exit, inherited_follow},
+    helpers::{is_exiting, now_ns},
+    maps::{BLOCK_WALKS_PER_SEC, TASKS, count},
+    task_storage::{Task, current_task},
 };
 
 /// `TASK_DEAD` in `task_struct::__state` (include/linux/sched.h, unchanged since v4.14).
 const TASK_DEAD: u32 = 0x80;
-/// `TASK_RUNNING`: switched out while runnable, i.e. preempted.
+/// `TASK_RUNNING`: switched out while runnable.
 const TASK_RUNNING: u32 = 0;
-/// `BPF_F_REUSE_STACKID`: a new stack whose hash collides replaces the old one (stacks are only
-/// read at the end of a run; a lost old one costs a name, not a count).
-const BPF_F_REUSE_STACKID: u64 = 1 << 10;
-/// `CLONE_THREAD` (include/uapi/linux/sched.h).
-const CLONE_THREAD: u64 = 0x0001_0000;
-
-/// `task->pid`.
-#[inline(always)]
-fn task_pid(task: *const u8) -> Option<u32> {
-    read_at(task, TASK_PID_OFFSET.load())
-}
 
 /// `sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
 /// unsigned int prev_state)` (the `prev_state` argument exists since v5.18).
@@ -45,131 +29,169 @@ fn task_pid(task: *const u8) -> Option<u32> {
 /// `prev` is the current task. An exiting task leaving in `TASK_DEAD` ends its exit; any other
 /// switch-out of an exiting task starts an off-CPU interval, which its next switch-in closes.
 ///
-/// This runs on every context switch of the machine, so it looks at its maps only when this
-/// CPU runs a followed exit, a task leaves for good (a followed exit may have come back to
-/// this CPU unseen), or some followed exit is switched out and may come back now.
+/// This runs on every context switch of the machine, so before anything else it reads only the
+/// two tasks' flags: a task that is not exiting (`PF_EXITING`, set by `exit_signals` at the start
+/// of `do_exit`) costs no map access at all.
 #[btf_tracepoint]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
-    let Some(on_cpu) = ON_CPU_EXIT.get_ptr_mut(0) else { return 0 };
-    // SAFETY: a per-CPU slot, touched only by programs on this CPU.
-    let on_cpu = unsafe { &mut *on_cpu };
-    let prev_state: u32 = ctx.arg(3);
-    let dead = prev_state & TASK_DEAD != 0;
-    let mut now = 0;
-    if *on_cpu != 0 || dead {
-        let prev_pid = bpf_get_current_pid_tgid() as u32;
-        // The slot names the task running here, which leaves now; any other name is stale.
-        let followed = *on_cpu == prev_pid;
-        *on_cpu = 0;
-        if (followed || dead)
-            && let Some(record) = EXITING.get_ptr_mut(prev_pid)
-        {
-            now = now_ns();
-            switch_out(&ctx, prev_pid, record, prev_state, now);
-        }
+    let prev: Task = ctx.arg(1);
+    let next: Task = ctx.arg(2);
+    let prev_exiting = is_exiting(prev);
+    let next_exiting = is_exiting(next);
+    if !prev_exiting && !next_exiting {
+        return 0;
     }
-    if off_cpu_exits() > 0 {
-        let next: *const u8 = ctx.arg(2);
-        if let Some(next_pid) = task_pid(next)
-            && let Some(record) = EXITING.get_ptr_mut(next_pid)
-        {
-            // SAFETY: the entry belongs to the task being switched in on this CPU.
-            let record = unsafe { &mut *record };
-            if record.off_since_ns != 0 {
-                if now == 0 {
-                    now = now_ns();
-                }
-                back_on_cpu(record, now);
-            }
-            *on_cpu = next_pid;
-        }
+    let now = now_ns();
+    if prev_exiting {
+        let preempt: u64 = ctx.arg(0);
+        let prev_state: u32 = ctx.arg(3);
+        switch_out(&ctx, prev, preempt != 0, prev_state, now);
+    }
+    if next_exiting {
+        switch_in(next, now);
     }
     0
 }
 
-/// The followed, exiting task `pid`, whose entry is `record`, leaves this CPU: for good in
-/// `TASK_DEAD`, else for a while.
+/// The exiting task `prev` (the current task) leaves its CPU: for good in `TASK_DEAD`, else for
+/// a while. A block's kernel stack is taken now, while the task is current: walked later, from
+/// another task, the kernel's unwinder would leave out the lock and wait functions (`__sched`
+/// code), which say where it waits.
 #[inline(always)]
-fn switch_out(
-    ctx: &BtfTracePointContext,
-    pid: u32,
-    record: *mut ExitRecord,
-    prev_state: u32,
-    now: u64,
-) {
+fn switch_out(ctx: &BtfTracePointContext, prev: Task, preempt: bool, prev_state: u32, now: u64) {
+    let Some(state) = TASKS.get(prev) else { return };
+    // SAFETY: the storage of the task being switched out on this CPU.
+    let state = unsafe { &mut *state };
+    if state.phase != PHASE_EXITING {
+        return;
+    }
     if prev_state & TASK_DEAD != 0 {
-        finish_exit(pid, record, marker_code(Marker::FinalSwitch), now);
-    } else {
-        // SAFETY: the entry belongs to the task being switched out on this CPU.
-        let record = unsafe { &mut *record };
-        record.off_since_ns = now;
-        // Still runnable (TASK_RUNNING, 0): preempted, it waits for a CPU, not for an event.
-        // Otherwise it blocks: where, the kernel stack says (unless stacks are off: -1).
-        if prev_state == TASK_RUNNING {
-            record.flags |= FLAG_OFF_RUNNABLE;
-        } else {
-            record.pending_stack = if BLOCK_STACKS_ON.load() != 0 {
-                ctx.get_stackid(&BLOCK_STACKS, BPF_F_REUSE_STACKID).map_or(-1, |id| id as i32)
-            } else {
-                -1
-            };
-        }
-        add_off_cpu_exits(1);
+        finish_exit(prev, state, now);
+        return;
+    }
+    state.record.off_since_ns = now;
+    state.pending_stack_len = 0;
+    // Preempted (even after setting a sleeping state, as the kernel's `preempt` says), it waits
+    // for a CPU, not for an event: no stack to take.
+    if preempt || prev_state == TASK_RUNNING {
+        state.record.flags |= FLAG_OFF_RUNNABLE;
+        return;
+    }
+    if !take_walk(now) {
+        count(counters::STACKS_SKIPPED);
+        return;
+    }
+    // SAFETY: the buffer is the task state's own array, of the size given.
+    let bytes = unsafe {
+        bpf_get_stack(
+            ctx.as_ptr(),
+            state.pending_stack.as_mut_ptr().cast(),
+            (BLOCK_STACK_DEPTH * 8) as u32,
+            0,
+        )
+    };
+    if bytes > 0 {
+        state.pending_stack_len = (bytes / 8) as u32;
+        count(counters::STACKS_WALKED);
     }
 }
 
-/// Closes the off-CPU interval of a followed exit that is back on a CPU at `now`.
+/// The exiting task `next` comes back to a CPU.
 #[inline(always)]
-pub fn back_on_cpu(record: &mut ExitRecord, now: u64) {
+fn switch_in(next: Task, now: u64) {
+    let Some(state) = TASKS.get(next) else { return };
+    // SAFETY: the storage of the task being switched in on this CPU; it is not running anywhere.
+    let state = unsafe { &mut *state };
+    if state.phase == PHASE_EXITING && state.record.off_since_ns != 0 {
+        back_on_cpu(state, now);
+    }
+}
+
+/// Closes the off-CPU interval of a followed exit that is back on a CPU at `now`. A block that
+/// is the exit's longest so far keeps the stack taken when it began.
+#[inline(always)]
+pub fn back_on_cpu(state: &mut TaskState, now: u64) {
+    let record = &mut state.record;
     let off = now - record.off_since_ns;
     record.off_cpu_ns += off;
+    record.off_since_ns = 0;
     if record.flags & FLAG_OFF_RUNNABLE != 0 {
         record.runq_ns += off;
         record.flags &= !FLAG_OFF_RUNNABLE;
-    } else if off > record.longest_block_ns {
-        record.longest_block_ns = off;
-        record.block_stack = record.pending_stack;
+        return;
     }
-    record.off_since_ns = 0;
-    add_off_cpu_exits(-1);
-}
-
-#[inline(always)]
-fn off_cpu_exits() -> i64 {
-    // SAFETY: an aligned i64 in a map value, read whole.
-    OFF_CPU_EXITS.get_ptr(0).map_or(0, |n| unsafe { core::ptr::read_volatile(n) })
-}
-
-#[inline(always)]
-fn add_off_cpu_exits(delta: i64) {
-    if let Some(n) = OFF_CPU_EXITS.get_ptr_mut(0) {
-        // SAFETY: an aligned i64 in a map value, shared by all CPUs: updated atomically (the
-        // BPF target has no stable atomic read-modify-write, the intrinsic is its `lock add`).
-        unsafe { atomic_xadd::<i64, i64, { AtomicOrdering::Relaxed }>(n, delta) };
+    if off <= record.longest_block_ns {
+        return;
     }
+    record.longest_block_ns = off;
+    let frames = state.pending_stack_len as usize;
+    if frames == 0 {
+        return;
+    }
+    record.block_stack = state.pending_stack;
+    record.block_stack_len = frames.min(BLOCK_STACK_DEPTH) as u32;
+    record.block_stack_ns = off;
+    record.block_stack_hit = record.n_hits;
 }
 
-/// `task_newtask(struct task_struct *task, u64 clone_flags)`, in the parent's context: a new
-/// process forked by a tracked one is tracked too (new threads share their tracked tgid); any
-/// other new process is not, whatever process had its pid before.
+/// Walks a CPU may still make before its budget refills, in thousandths, and when it was last
+/// topped up.
+#[derive(Clone, Copy)]
+struct WalkBudget {
+    milli_walks: u64,
+    refilled_ns: u64,
+}
+
+/// Per CPU: the budget of kernel stack walks ([`BLOCK_WALKS_PER_SEC`]).
+#[aya_ebpf::macros::map]
+static WALK_BUDGET: PerCpuArray<WalkBudget> = PerCpuArray::with_max_entries(1, 0);
+
+/// Walks one CPU may save up: a burst of blocks after a quiet spell all get their stacks.
+const WALK_BURST: u64 = 16;
+
+/// Whether this CPU may walk a stack now (and spends one walk of its budget if so).
+#[inline(always)]
+fn take_walk(now: u64) -> bool {
+    let rate = u64::from(BLOCK_WALKS_PER_SEC.load());
+    if rate == 0 {
+        return false;
+    }
+    let Some(budget) = WALK_BUDGET.get_ptr_mut(0) else { return false };
+    // SAFETY: a per-CPU slot, touched only by programs on this CPU.
+    let budget = unsafe { &mut *budget };
+    // Capped first, so that the product cannot overflow after a long quiet spell.
+    let elapsed = (now - budget.refilled_ns).min(1_000_000_000);
+    let refill = elapsed * rate / 1_000_000;
+    budget.milli_walks = (budget.milli_walks + refill).min(WALK_BURST * 1000);
+    budget.refilled_ns = now;
+    if budget.milli_walks < 1000 {
+        return false;
+    }
+    budget.milli_walks -= 1000;
+    true
+}
+
+/// `task_newtask(struct task_struct *task, u64 clone_flags)`, in the parent's context: a task
+/// created by a followed one is followed too, thread or process (exitprof's own stay excluded);
+/// its storage is made now, so that its exit finds it ready.
 #[btf_tracepoint]
 pub fn task_newtask(ctx: BtfTracePointContext) -> i32 {
-    let clone_flags: u64 = ctx.arg(1);
-    if clone_flags & CLONE_THREAD != 0 {
+    let parent = current_task();
+    let follow = match TASKS.get(parent) {
+        // SAFETY: the current task's own storage.
+        Some(state) => unsafe { (*state).follow },
+        None => inherited_follow(parent),
+    };
+    if follow == FOLLOW_NONE {
         return 0;
     }
-    // A new process's tgid is its pid.
-    let Some(child) = task_pid(ctx.arg(0)) else { return 0 };
-    let parent_tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if TRACKED.get_ptr(parent_tgid).is_none() {
-        // Pids are reused: an entry for this one belongs to a followed process that has ended.
-        if TRACKED.get_ptr(child).is_some() {
-            let _ = TRACKED.remove(child);
-        }
-        return 0;
-    }
-    if TRACKED.insert(child, tracked::FOLLOWED, 0).is_err() {
-        count_loss(counters::TRACKED_FULL);
+    let child: Task = ctx.arg(0);
+    match TASKS.get_or_create(child) {
+        // SAFETY: the new task's storage, made just now; the task has not run yet.
+        Some(state) => unsafe {
+            (*state).follow = if follow == EXCLUDED { EXCLUDED } else { FOLLOWED };
+        },
+        None => count(counters::FOLLOW_FAILED),
     }
     0
 }

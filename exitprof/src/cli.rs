@@ -459,6 +459,7 @@ impl ProbeArgs {
             kretprobe_maxactive: self.kretprobe_maxactive,
             syscall_tracepoints: self.syscall_tracepoints.choice(),
             block_stacks: !self.no_block_stacks,
+            sample_hz: 0,
         }
     }
 }

@@ -26,10 +26,14 @@ const FRAMES_SHOWN: usize = 5;
 /// Stacks where exits blocked, with how many exits and how long.
 #[derive(Default)]
 pub struct Blocking {
-    /// By stack id in the loaded object's map, until the stacks are named (ids are per object).
-    by_id: HashMap<u32, Blocked>,
+    /// By raw stack (return addresses, innermost first), until the stacks are named.
+    by_raw: HashMap<Vec<u64>, Blocked>,
     /// By named stack (innermost frame first).
     by_stack: HashMap<Vec<String>, Blocked>,
+    /// Exits that blocked, and those of them whose longest block's stack was walked (the
+    /// kernel side walks within a budget per second).
+    pub blocked_exits: u64,
+    pub walked_exits: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -43,29 +47,33 @@ struct Blocked {
 pub struct BlockedIn {
     /// Innermost frame first, the scheduler left out.
     pub stack: Vec<String>,
-    /// Exits whose longest block began here.
+    /// Exits whose longest walked block began here.
     pub exits: u64,
-    /// Their longest blocks, summed.
+    /// Those blocks, summed.
     pub total_ns: u128,
-    /// Of all the exits' longest blocks.
+    /// Of all the walked blocks' time.
     pub share: f64,
 }
 
 impl Blocking {
     pub fn exit(&mut self, exit: &Exit) {
-        if let Some(stack) = exit.block_stack {
-            let b = self.by_id.entry(stack).or_default();
+        if exit.longest_block_ns > 0 {
+            self.blocked_exits += 1;
+        }
+        if let Some(block) = &exit.block {
+            self.walked_exits += 1;
+            let b = self.by_raw.entry(block.stack.clone()).or_default();
             b.exits += 1;
-            b.ns += u128::from(exit.longest_block_ns);
+            b.ns += u128::from(block.ns);
         }
     }
 
-    /// Names the stacks seen so far, while their map is still loaded: `frames` gives a stack's
-    /// function names, innermost first.
-    pub fn name_stacks(&mut self, frames: impl Fn(u32) -> Vec<String>) {
-        for (id, b) in self.by_id.drain() {
-            let names: Vec<String> = frames(id)
+    /// Names the stacks seen so far: `name` gives the function an address lies in.
+    pub fn name_stacks(&mut self, name: impl Fn(u64) -> String) {
+        for (stack, b) in self.by_raw.drain() {
+            let names: Vec<String> = stack
                 .into_iter()
+                .map(&name)
                 .skip_while(|f| SCHEDULER_FRAMES.iter().any(|s| f.starts_with(s)))
                 .take(FRAMES_SHOWN)
                 .collect();
@@ -107,14 +115,14 @@ impl BlockedIn {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::records::Block;
 
-    fn exit(stack: Option<u32>, longest_block_ns: u64) -> Exit {
+    fn exit(stack: Option<&[u64]>, ns: u64) -> Exit {
         Exit {
             pid: 2,
             tgid: 1,
-            longest_block_ns,
-            block_stack: stack,
-            hits: Vec::new(),
+            longest_block_ns: ns,
+            block: stack.map(|s| Block { stack: s.to_vec(), ns, after_hits: 1 }),
             ..Exit::default()
         }
     }
@@ -122,15 +130,21 @@ mod tests {
     #[test]
     fn stacks_are_named_without_the_scheduler_and_ranked_by_time() {
         let mut b = Blocking::default();
-        b.exit(&exit(Some(7), 300));
-        b.exit(&exit(Some(7), 100));
-        b.exit(&exit(Some(9), 600));
+        b.exit(&exit(Some(&[1, 2, 3, 7, 8]), 300));
+        b.exit(&exit(Some(&[1, 2, 3, 7, 8]), 100));
+        b.exit(&exit(Some(&[1, 2, 3, 9, 8]), 600));
+        b.exit(&exit(None, 50));
         b.exit(&exit(None, 0));
-        b.name_stacks(|id| {
-            let inner = if id == 7 { "rwsem_down_read_slowpath" } else { "mutex_lock" };
-            ["bpf_prog_x", "__traceiter_sched_switch", "__schedule", "schedule", inner, "exit_mm"]
-                .map(str::to_owned)
-                .to_vec()
+        b.name_stacks(|ip| {
+            match ip {
+                1 => "__traceiter_sched_switch",
+                2 => "__schedule",
+                3 => "schedule",
+                7 => "rwsem_down_read_slowpath",
+                9 => "mutex_lock",
+                _ => "exit_mm",
+            }
+            .to_owned()
         });
         let r = b.report(5);
         assert_eq!(r.len(), 2);
@@ -140,5 +154,23 @@ mod tests {
         );
         assert_eq!((r[1].describe(1), r[1].exits), ("rwsem_down_read_slowpath".into(), 2));
         assert!((r[0].share - 0.6).abs() < 1e-12);
+        assert_eq!((b.blocked_exits, b.walked_exits), (4, 3));
+    }
+
+    /// Distinct stacks never merge under one name unless their named frames are the same: they
+    /// are kept apart by their addresses until named (no stack map, no hash collisions).
+    #[test]
+    fn many_distinct_stacks_keep_their_own_names() {
+        let mut b = Blocking::default();
+        for i in 0..5_000u64 {
+            b.exit(&exit(Some(&[100 + i, 9_999]), i + 1));
+        }
+        b.name_stacks(|ip| format!("f{ip}"));
+        let r = b.report(usize::MAX);
+        assert_eq!(r.len(), 5_000);
+        for s in &r {
+            let ip: u64 = s.stack[0][1..].parse().unwrap();
+            assert_eq!(s.total_ns, u128::from(ip - 100 + 1), "{s:?}");
+        }
     }
 }

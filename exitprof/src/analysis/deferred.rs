@@ -3,7 +3,10 @@
 //!
 //! Exit records and deferred records come through different ring buffers, in either order; each
 //! side waits in a small map for the other, keyed by pid or namespace address, and leaves it as
-//! soon as it is joined, so memory stays bounded by the work in flight.
+//! soon as it is joined. A side that waits longer than [`EXPIRY_NS`] (work of tasks that were not
+//! recorded, with `--comm` or `--all`; an exit whose task outlives the run) is dropped and
+//! counted, so memory stays bounded by the work in flight however long exitprof watches. A pid
+//! joins only work that came after its exit began: a reused pid never meets a stale entry.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -14,6 +17,9 @@ use crate::analysis::{
     histogram::{Latency, Summary},
     records::Exit,
 };
+
+/// How long a side waits for the other (in the kernel's clock, by the latest record seen).
+const EXPIRY_NS: u64 = 10_000_000_000;
 
 /// Exits remembered per IPC namespace address: enough to outlast a reuse of the address while
 /// the records of the old namespace are still on their way.
@@ -48,21 +54,63 @@ pub struct DeferredWork {
     exits_by_ns: HashMap<u64, Vec<u64>>,
     /// Namespaces freed before their exit's record arrived: address -> (run start, free time).
     early_ns_frees: HashMap<u64, (u64, u64)>,
-    /// Leader exits waiting for their reap, and reaps waiting for their exit: pid -> times.
-    awaiting_reap: HashMap<u32, u64>,
+    /// Leader exits waiting for their reap, and reaps waiting for their exit: pid -> times
+    /// (an exit's start and end; a reap's start and end). Keyed by the pid as exitprof's PID
+    /// namespace sees it where reaps come from `wait4`, else by the kernel's pid.
+    reaps_by_ns_pid: bool,
+    awaiting_reap: HashMap<u32, (u64, u64)>,
     early_reaps: HashMap<u32, (u64, u64)>,
-    awaiting_free: HashMap<u32, u64>,
+    /// Exits waiting for their task to be freed (start, end), and frees waiting for their exit.
+    awaiting_free: HashMap<u32, (u64, u64)>,
     early_frees: HashMap<u32, u64>,
+    /// The latest time any record carried, and when the waiting sides were last pruned.
+    latest_ns: u64,
+    pruned_ns: u64,
+    /// Entries that waited longer than [`EXPIRY_NS`] and were dropped.
+    expired: u64,
 }
 
 impl DeferredWork {
-    pub fn new(exact_ns_frees: bool, rcu_wait_measured: bool) -> Self {
-        Self { exact_ns_frees, rcu_wait_measured, ..Self::default() }
+    pub fn new(exact_ns_frees: bool, rcu_wait_measured: bool, reaps_by_ns_pid: bool) -> Self {
+        Self { exact_ns_frees, rcu_wait_measured, reaps_by_ns_pid, ..Self::default() }
+    }
+
+    /// Notes the time of a record; once a second of it, drops what waited too long.
+    fn advance(&mut self, ts_ns: u64) {
+        self.latest_ns = self.latest_ns.max(ts_ns);
+        if self.latest_ns < self.pruned_ns + 1_000_000_000 {
+            return;
+        }
+        self.pruned_ns = self.latest_ns;
+        let Some(horizon) = self.latest_ns.checked_sub(EXPIRY_NS) else { return };
+        let before = self.waiting();
+        self.awaiting_reap.retain(|_, &mut (_, end)| end >= horizon);
+        self.early_reaps.retain(|_, &mut (_, reaped)| reaped >= horizon);
+        self.awaiting_free.retain(|_, &mut (_, end)| end >= horizon);
+        self.early_frees.retain(|_, &mut freed| freed >= horizon);
+        self.early_ns_frees.retain(|_, &mut (_, freed)| freed >= horizon);
+        self.exits_by_ns.retain(|_, ends| {
+            ends.retain(|&end| end >= horizon);
+            !ends.is_empty()
+        });
+        self.expired += (before - self.waiting()) as u64;
+    }
+
+    /// Entries waiting for their other side.
+    fn waiting(&self) -> usize {
+        self.awaiting_reap.len()
+            + self.early_reaps.len()
+            + self.awaiting_free.len()
+            + self.early_frees.len()
+            + self.early_ns_frees.len()
+            + self.exits_by_ns.values().map(Vec::len).sum::<usize>()
     }
 
     /// An exit was recorded: remember what deferred work can be joined to it.
     pub fn exit(&mut self, exit: &Exit) {
         let end = exit.end_ns();
+        let start = exit.hits.first().map_or(end, |h| h.ts_ns);
+        self.advance(end);
         if exit.ipc_ns != 0 {
             match self.early_ns_frees.remove(&exit.ipc_ns) {
                 Some((run, freed)) if freed >= end => self.join_ns_free(run, end, freed),
@@ -80,23 +128,30 @@ impl DeferredWork {
             }
         }
         if exit.pid == exit.tgid {
-            match self.early_reaps.remove(&exit.pid) {
-                Some((start, reaped)) => self.join_reap(end, start, reaped),
-                None => {
-                    self.awaiting_reap.insert(exit.pid, end);
+            let pid = if self.reaps_by_ns_pid { exit.ns_pid } else { exit.pid };
+            match self.early_reaps.remove(&pid) {
+                // A reap can come before the exit's final switch-out, not before its start.
+                Some((reap_start, reaped)) if reaped >= start => {
+                    self.join_reap(end, reap_start, reaped);
+                }
+                _ => {
+                    self.awaiting_reap.insert(pid, (start, end));
                 }
             }
         }
         match self.early_frees.remove(&exit.pid) {
-            Some(freed) => self.exit_to_task_free.record(freed.saturating_sub(end), 0),
-            None => {
-                self.awaiting_free.insert(exit.pid, end);
+            Some(freed) if freed >= start => {
+                self.exit_to_task_free.record(freed.saturating_sub(end), 0);
+            }
+            _ => {
+                self.awaiting_free.insert(exit.pid, (start, end));
             }
         }
     }
 
     /// A deferred-work record arrived.
     pub fn record(&mut self, r: &DeferredRecord) {
+        self.advance(r.end_ns.max(r.start_ns));
         match DeferredKind::from_u32(r.kind) {
             Some(DeferredKind::IpcFreeRun) => {
                 self.ipc_runs.record(r.end_ns.saturating_sub(r.start_ns), 0);
@@ -123,11 +178,13 @@ impl DeferredWork {
                     None => {}
                 }
             }
-            Some(DeferredKind::Reap) => {
+            Some(DeferredKind::Reap | DeferredKind::WaitReaped) => {
                 let pid = r.object as u32;
                 match self.awaiting_reap.remove(&pid) {
-                    Some(exit_end) => self.join_reap(exit_end, r.start_ns, r.end_ns),
-                    None => {
+                    Some((start, exit_end)) if r.end_ns >= start => {
+                        self.join_reap(exit_end, r.start_ns, r.end_ns);
+                    }
+                    _ => {
                         self.early_reaps.insert(pid, (r.start_ns, r.end_ns));
                     }
                 }
@@ -135,10 +192,10 @@ impl DeferredWork {
             Some(DeferredKind::TaskFreed) => {
                 let pid = r.object as u32;
                 match self.awaiting_free.remove(&pid) {
-                    Some(exit_end) => {
+                    Some((start, exit_end)) if r.start_ns >= start => {
                         self.exit_to_task_free.record(r.start_ns.saturating_sub(exit_end), 0);
                     }
-                    None => {
+                    _ => {
                         self.early_frees.insert(pid, r.start_ns);
                     }
                 }
@@ -296,7 +353,7 @@ mod tests {
 
     #[test]
     fn a_reused_namespace_address_joins_each_free_to_its_own_exit() {
-        let mut d = DeferredWork::new(false, false);
+        let mut d = DeferredWork::new(false, false, false);
         // Namespace 0xA is freed at 200 and its address reused by the next child, whose exit
         // (ending at 300) is read before the first free.
         d.exit(&exit(10, 10, 0xA, 50, 100));
@@ -315,7 +372,7 @@ mod tests {
 
     #[test]
     fn deferred_work_can_arrive_before_its_exit() {
-        let mut d = DeferredWork::new(true, true);
+        let mut d = DeferredWork::new(true, true, false);
         d.record(&record(DeferredKind::IpcNsFreed, 500, 600, 0xC));
         d.record(&record(DeferredKind::Reap, 450, 470, 12));
         d.record(&record(DeferredKind::TaskFreed, 900, 900, 12));
@@ -331,7 +388,7 @@ mod tests {
 
     #[test]
     fn a_queued_run_is_awaited_until_one_starts_after_it() {
-        let mut d = DeferredWork::new(true, false);
+        let mut d = DeferredWork::new(true, false, false);
         assert!(!d.awaiting_ipc_run());
         d.record(&record(DeferredKind::IpcFreeQueued, 100, 100, 0));
         assert!(d.awaiting_ipc_run());

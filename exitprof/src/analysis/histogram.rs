@@ -30,6 +30,11 @@ impl Default for Latency {
 }
 
 impl Latency {
+    /// Latencies recorded.
+    pub fn count(&self) -> u64 {
+        self.hist.len()
+    }
+
     pub fn record(&mut self, ns: u64, off_cpu_ns: u64) {
         self.record_waits(ns, off_cpu_ns, 0);
     }

@@ -5,23 +5,34 @@ use std::collections::HashMap;
 use crate::{
     analysis::{
         histogram::Latency,
-        records::Exit,
+        records::{Exit, ExitKind},
         stages::{Stage, StageNamer},
     },
     probes::plan::Plan,
 };
 
-/// Per-stage histograms of every exit seen.
+/// Per-stage histograms of every exit seen, and of each kind of exit apart.
 pub struct Profile {
     namer: StageNamer,
-    exit: Latency,
-    stages: Vec<Latency>,
+    all: Histograms,
+    /// Thread exits and process exits, by [`ExitKind`] (in `ExitKind::ALL` order).
+    kinds: [Histograms; 2],
     /// Exits recorded.
     pub exits: u64,
     /// Exits whose start marker was not seen (they began on a path no start probe covers).
     pub late_starts: u64,
     /// Probe hits that did not fit in a record.
     pub lost_hits: u64,
+    /// Exits that ran out of hit slots: counted whole, their stages left out (the hits between
+    /// their last kept one and their end are unknown, so would be blamed on the wrong stage).
+    pub truncated: u64,
+}
+
+/// The whole exit's histogram and each stage's, indexed as the stage namer numbers stages.
+#[derive(Default)]
+struct Histograms {
+    exit: Latency,
+    stages: Vec<Latency>,
 }
 
 /// One row of the stage table.
@@ -36,11 +47,12 @@ impl Profile {
     pub fn new(plan: &Plan) -> Self {
         Self {
             namer: StageNamer::new(plan),
-            exit: Latency::default(),
-            stages: Vec::new(),
+            all: Histograms::default(),
+            kinds: Default::default(),
             exits: 0,
             late_starts: 0,
             lost_hits: 0,
+            truncated: 0,
         }
     }
 
@@ -50,7 +62,14 @@ impl Profile {
             self.late_starts += 1;
         }
         self.lost_hits += u64::from(exit.lost_hits);
-        self.exit.record_waits(exit.duration_ns(), exit.off_cpu_ns(), exit.runq_ns());
+        let kind = &mut self.kinds[exit.kind() as usize];
+        for h in [&mut self.all, kind] {
+            h.exit.record_waits(exit.duration_ns(), exit.off_cpu_ns(), exit.runq_ns());
+        }
+        if exit.truncated() {
+            self.truncated += 1;
+            return;
+        }
         // A stage can occur more than once in one exit (a function split by a nested probe);
         // each exit contributes one value per stage. (Saturating: a damaged record's hits may
         // go back and forth in time.)
@@ -61,25 +80,44 @@ impl Profile {
             e.1 = e.1.saturating_add(span.off_cpu_ns);
             e.2 = e.2.saturating_add(span.runq_ns);
         }
-        self.stages.resize_with(self.namer.stages().len(), Latency::default);
-        for (stage, (ns, off, runq)) in per_stage {
-            self.stages[stage].record_waits(ns, off, runq);
+        let stages = self.namer.stages().len();
+        let kind = &mut self.kinds[exit.kind() as usize];
+        for h in [&mut self.all, kind] {
+            h.stages.resize_with(stages, Latency::default);
+            for (&stage, &(ns, off, runq)) in &per_stage {
+                h.stages[stage].record_waits(ns, off, runq);
+            }
         }
     }
 
     /// The whole exit.
     pub fn exit(&self) -> &Latency {
-        &self.exit
+        &self.all.exit
     }
 
     /// The stages, in the order the kernel runs them.
     pub fn rows(&self) -> Vec<StageRow<'_>> {
-        let exit_total = self.exit.total_ns;
+        self.rows_of(&self.all)
+    }
+
+    /// The kinds of exit that occurred, each with its whole exit and its stages.
+    pub fn kinds(&self) -> Vec<(ExitKind, &Latency, Vec<StageRow<'_>>)> {
+        ExitKind::ALL
+            .into_iter()
+            .zip(&self.kinds)
+            .filter(|(_, h)| h.exit.count() > 0)
+            .map(|(kind, h)| (kind, &h.exit, self.rows_of(h)))
+            .collect()
+    }
+
+    fn rows_of<'a>(&'a self, h: &'a Histograms) -> Vec<StageRow<'a>> {
+        let exit_total = h.exit.total_ns;
         let mut rows: Vec<StageRow<'_>> = self
             .namer
             .stages()
             .iter()
-            .zip(&self.stages)
+            .zip(&h.stages)
+            .filter(|(_, latency)| latency.count() > 0)
             .map(|(stage, latency)| {
                 let share =
                     if exit_total == 0 { 0.0 } else { latency.total_ns as f64 / exit_total as f64 };
@@ -92,7 +130,7 @@ impl Profile {
 
     /// Every histogram with its stage name, in kernel order: the whole exit (`exit`) first.
     pub fn latencies(&self) -> impl Iterator<Item = (&str, &Latency)> {
-        std::iter::once(("exit", &self.exit))
+        std::iter::once(("exit", &self.all.exit))
             .chain(self.rows().into_iter().map(|row| (row.stage.name.as_str(), row.latency)))
     }
 }

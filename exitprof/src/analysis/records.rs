@@ -3,8 +3,12 @@
 use exitprof_common::{
     deferred::DeferredRecord,
     point::Point,
-    record::{ExitRecord, HEADER_LEN, Hit, MAX_HITS, wire_len},
+    record::{
+        BLOCK_STACK_DEPTH, ExitRecord, FLAG_GROUP_DEAD, FLAG_TRUNCATED, HEADER_LEN, Hit, MAX_HITS,
+        wire_len,
+    },
 };
+use serde::Serialize;
 
 /// One probe hit of a decoded exit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,18 +24,54 @@ pub struct PointHit {
 /// One task's exit, as the kernel recorded it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Exit {
+    /// Thread id and thread-group id in the initial PID namespace (how the kernel side's other
+    /// records name tasks).
     pub pid: u32,
     pub tgid: u32,
+    /// The same as exitprof's PID namespace sees them (0 where the task is not in it).
+    pub ns_pid: u32,
+    pub ns_tgid: u32,
     pub flags: u32,
     pub lost_hits: u32,
     pub cpu: u32,
     pub ipc_ns: u64,
     /// The longest time the task was blocked during its exit.
     pub longest_block_ns: u64,
-    /// The kernel stack (id in the loaded object's map) where that block began.
-    pub block_stack: Option<u32>,
+    /// The kernel stack of its longest block whose stack was walked, if any.
+    pub block: Option<Block>,
     /// In the order they fired.
     pub hits: Vec<PointHit>,
+}
+
+/// Where an exit blocked: the kernel stack walked when the task came back.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Block {
+    /// Return addresses, innermost first, the scheduler's frames included.
+    pub stack: Vec<u64>,
+    /// How long the block lasted.
+    pub ns: u64,
+    /// The hits the exit had when it blocked: the block lies after hit `after_hits - 1`.
+    pub after_hits: u32,
+}
+
+/// What an exit ended: a thread of a process that lives on, or the process (its last thread, or
+/// its only one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExitKind {
+    Thread,
+    Process,
+}
+
+impl ExitKind {
+    pub const ALL: [Self; 2] = [Self::Thread, Self::Process];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Thread => "thread",
+            Self::Process => "process",
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -75,17 +115,36 @@ impl Exit {
                 Ok(PointHit { point, ts_ns, off_cpu_ns, runq_ns })
             })
             .collect::<Result<_, _>>()?;
+        let frames = (record.block_stack_len as usize).min(BLOCK_STACK_DEPTH);
+        let block = (frames > 0).then(|| Block {
+            stack: record.block_stack[..frames].to_vec(),
+            ns: record.block_stack_ns,
+            after_hits: record.block_stack_hit,
+        });
         Ok(Self {
             pid: record.pid,
             tgid: record.tgid,
+            ns_pid: record.ns_pid,
+            ns_tgid: record.ns_tgid,
             flags: record.flags,
             lost_hits: record.lost_hits,
             cpu: record.cpu,
             ipc_ns: record.ipc_ns,
             longest_block_ns: record.longest_block_ns,
-            block_stack: u32::try_from(record.block_stack).ok(),
+            block,
             hits,
         })
+    }
+
+    /// Whether the exit ended its thread group.
+    pub fn kind(&self) -> ExitKind {
+        if self.flags & FLAG_GROUP_DEAD != 0 { ExitKind::Process } else { ExitKind::Thread }
+    }
+
+    /// Whether hits were lost for want of slots: the stages between the last kept hit and the
+    /// final switch-out are unknown, though the whole exit's length is not.
+    pub fn truncated(&self) -> bool {
+        self.flags & FLAG_TRUNCATED != 0
     }
 
     /// From the first hit to the last: the whole exit, as far as it was seen.
@@ -141,12 +200,19 @@ pub(crate) mod tests {
         let mut record: ExitRecord = unsafe { std::mem::zeroed() };
         record.pid = exit.pid;
         record.tgid = exit.tgid;
+        record.ns_pid = exit.ns_pid;
+        record.ns_tgid = exit.ns_tgid;
         record.flags = exit.flags;
         record.lost_hits = exit.lost_hits;
         record.cpu = exit.cpu;
         record.ipc_ns = exit.ipc_ns;
         record.longest_block_ns = exit.longest_block_ns;
-        record.block_stack = exit.block_stack.map_or(-1, |id| id as i32);
+        if let Some(block) = &exit.block {
+            record.block_stack[..block.stack.len()].copy_from_slice(&block.stack);
+            record.block_stack_len = block.stack.len() as u32;
+            record.block_stack_ns = block.ns;
+            record.block_stack_hit = block.after_hits;
+        }
         record.n_hits = exit.hits.len() as u32;
         for (i, hit) in exit.hits.iter().enumerate() {
             record.points[i] = hit.point.code();
@@ -181,24 +247,28 @@ pub(crate) mod tests {
             (any_point(), any::<[u64; 3]>()).prop_map(|(point, [ts_ns, off_cpu_ns, runq_ns])| {
                 PointHit { point, ts_ns, off_cpu_ns, runq_ns }
             });
-        // Stack ids are what bpf_get_stackid returns: non-negative i32.
-        let stack = proptest::option::of(0..=i32::MAX as u32);
-        (any::<[u32; 5]>(), any::<[u64; 2]>(), stack, vec(hit, 0..=MAX_HITS)).prop_map(
+        let block = proptest::option::of(
+            (vec(any::<u64>(), 1..=BLOCK_STACK_DEPTH), any::<u64>(), any::<u32>())
+                .prop_map(|(stack, ns, after_hits)| Block { stack, ns, after_hits }),
+        );
+        (any::<[u32; 7]>(), any::<[u64; 2]>(), block, vec(hit, 0..=MAX_HITS)).prop_map(
             |(
-                [pid, tgid, flags, lost_hits, cpu],
+                [pid, tgid, ns_pid, ns_tgid, flags, lost_hits, cpu],
                 [ipc_ns, longest_block_ns],
-                block_stack,
+                block,
                 hits,
             )| {
                 Exit {
                     pid,
                     tgid,
+                    ns_pid,
+                    ns_tgid,
                     flags,
                     lost_hits,
                     cpu,
                     ipc_ns,
                     longest_block_ns,
-                    block_stack,
+                    block,
                     hits,
                 }
             },

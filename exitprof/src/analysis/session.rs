@@ -1,5 +1,6 @@
-//! What one run collects: every record from the kernel, folded as it arrives, leaving out what
-//! is not part of the target.
+//! What one run collects: every record from the kernel, folded as it arrives. What is not part
+//! of the target never reaches it: the kernel side leaves out exitprof's own exits, a storm
+//! driver's, and exits that start after the target ended.
 
 use crate::{
     analysis::{
@@ -19,44 +20,25 @@ pub struct Session {
     pub blocking: Blocking,
     /// Records that could not be decoded.
     pub undecodable: u64,
-    pub exclusion: Exclusion,
-    /// Exits that start after this are outside the run (CLOCK_MONOTONIC ns).
-    pub stop_ns: u64,
-}
-
-/// Exits that are never part of a target. (A storm driver's own exit is left out in the
-/// kernel: see `exitprof_common::tracked::DRIVER`.)
-#[derive(Clone)]
-pub struct Exclusion {
-    /// exitprof's own process (seen with --all).
-    pub own_tgid: u32,
-}
-
-impl Exclusion {
-    pub fn excludes(&self, tgid: u32) -> bool {
-        tgid == self.own_tgid
-    }
 }
 
 impl Session {
     pub fn new(plan: &Plan) -> Self {
         Self {
             profile: Profile::new(plan),
-            deferred: DeferredWork::new(plan.sees_every_ipc_ns_free(), plan.measures_rcu_wait()),
+            deferred: DeferredWork::new(
+                plan.sees_every_ipc_ns_free(),
+                plan.measures_rcu_wait(),
+                plan.reaps_from_wait4(),
+            ),
             blocking: Blocking::default(),
             undecodable: 0,
-            exclusion: Exclusion { own_tgid: std::process::id() },
-            stop_ns: u64::MAX,
         }
     }
 
     /// One exit record.
     pub fn exit_record(&mut self, bytes: &[u8]) {
         match Exit::decode(bytes) {
-            Ok(exit) if self.exclusion.excludes(exit.tgid) => {
-                log::trace!("excluded exit of {}/{}: {:?}", exit.tgid, exit.pid, exit.hits);
-            }
-            Ok(exit) if exit.hits.first().is_some_and(|h| h.ts_ns > self.stop_ns) => {}
             Ok(exit) => {
                 log::trace!("exit of {}/{}: {:?}", exit.tgid, exit.pid, exit.hits);
                 self.profile.add(&exit);
@@ -69,6 +51,9 @@ impl Session {
             }
         }
     }
+
+    /// One on-CPU sample of an exit.
+    pub fn sample_record(&mut self, _bytes: &[u8]) {}
 
     /// One deferred-work record.
     pub fn deferred_record(&mut self, bytes: &[u8]) {
@@ -131,9 +116,7 @@ mod tests {
                 ],
             );
             let mut session = Session::new(&plan);
-            session.deferred = DeferredWork::new(ipc_exact, ipc_exact);
-            // No tgid of the records is exitprof's.
-            session.exclusion.own_tgid = u32::MAX;
+            session.deferred = DeferredWork::new(ipc_exact, ipc_exact, ipc_exact);
             for (exit, deferred) in &records {
                 session.exit_record(exit);
                 session.deferred_record(deferred);

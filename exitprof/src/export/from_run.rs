@@ -158,7 +158,7 @@ pub(crate) mod tests {
             burst_rate: None,
             started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000),
             profile,
-            deferred: DeferredWork::new(true, true),
+            deferred: DeferredWork::new(true, true, false),
             blocked_in: Vec::new(),
             losses: Losses::default(),
             kernel_cost: None,

@@ -77,6 +77,21 @@ impl KernelBtf {
             .is_ok_and(|types| types.iter().any(|t| matches!(t, Type::Func(_))))
     }
 
+    /// How many arguments the tracepoint `name` passes its BTF programs (0 when BTF does not
+    /// describe it): its `btf_trace_<name>` prototype less the leading `void *__data`.
+    pub fn tracepoint_arg_count(&self, name: &str) -> usize {
+        let proto = || -> Option<usize> {
+            let types = self.0.resolve_types_by_name(&format!("btf_trace_{name}")).ok()?;
+            let Type::Typedef(typedef) = types.first()? else { return None };
+            let Type::Ptr(ptr) = self.0.resolve_chained_type(typedef).ok()? else { return None };
+            let Type::FuncProto(proto) = self.0.resolve_chained_type(&ptr).ok()? else {
+                return None;
+            };
+            Some(proto.parameters.len().saturating_sub(1))
+        };
+        proto().unwrap_or(0)
+    }
+
     /// Whether BTF has the `btf_trace_<name>` typedef of a tracepoint (BTF tracepoints need it).
     pub fn has_tracepoint(&self, name: &str) -> bool {
         self.0.resolve_types_by_name(&format!("btf_trace_{name}")).is_ok_and(|t| !t.is_empty())
@@ -86,6 +101,14 @@ impl KernelBtf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tracepoint_prototypes_are_read() {
+        let btf = KernelBtf::load().expect("this machine has kernel BTF");
+        // sched_switch(preempt, prev, next, prev_state) since v5.18.
+        assert_eq!(btf.tracepoint_arg_count("sched_switch"), 4);
+        assert_eq!(btf.tracepoint_arg_count("no_such_tracepoint"), 0);
+    }
 
     #[test]
     fn missing_or_foreign_btf_names_the_file_and_the_config() {

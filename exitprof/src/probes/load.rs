@@ -5,7 +5,10 @@ use std::{os::fd::AsFd as _, path::Path, time::Instant};
 use anyhow::{Context as _, bail};
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    programs::{BtfTracePoint, FEntry, FExit, KProbe, Program, TracePoint},
+    programs::{
+        BtfTracePoint, FEntry, FExit, KProbe, PerfEvent, Program, TracePoint,
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+    },
 };
 use exitprof_common::{
     names::{globals, maps, programs},
@@ -48,8 +51,10 @@ pub struct LoadOptions {
     pub ringbuf_bytes: u32,
     /// Instances per kretprobe: how many tasks can be inside one probed function at once.
     pub kretprobe_maxactive: u32,
-    /// Take the kernel stack where an exiting task blocks.
+    /// Take the kernel stack where an exiting task blocks (within a budget of walks).
     pub block_stacks: bool,
+    /// Samples per second and CPU of the kernel stacks of exits on a CPU (0: none).
+    pub sample_hz: u32,
 }
 
 /// The loaded object with its programs attached. Dropping it detaches everything.
@@ -123,12 +128,29 @@ pub fn load_and_attach(
     let task_nsproxy = offset("task_struct", "nsproxy")?;
     let nsproxy_ipc_ns = offset("nsproxy", "ipc_ns")?;
     let work_func = offset("work_struct", "func")?;
+    let task_flags = offset("task_struct", "flags")?;
+    let task_group_leader = offset("task_struct", "group_leader")?;
+    let task_signal = offset("task_struct", "signal")?;
+    let signal_live = offset("signal_struct", "live")?;
     let free_ipc = facts.kallsyms.address("free_ipc").unwrap_or(0);
-    let (trace_all, block_stacks) = (u32::from(options.trace_all), u32::from(options.block_stacks));
+    let (pidns_dev, pidns_ino) = pid_namespace()?;
+    // `sched_process_exit(p, group_dead)` since v6.16; `(p)` before.
+    let exit_tp_group_dead = u32::from(kernel_btf.tracepoint_arg_count("sched_process_exit") >= 2);
+    let trace_all = u32::from(options.trace_all);
+    let block_walks = if options.block_stacks { BLOCK_WALKS_PER_SEC } else { 0 };
     let ebpf = EbpfLoader::new()
         .btf(Some(&btf))
+        // Task storage, which aya loads without a typed wrapper of its own.
+        .allow_unsupported_maps()
         .override_global(globals::TRACE_ALL, &trace_all, true)
-        .override_global(globals::BLOCK_STACKS_ON, &block_stacks, true)
+        .override_global(globals::BLOCK_WALKS_PER_SEC, &block_walks, true)
+        .override_global(globals::PIDNS_DEV, &pidns_dev, true)
+        .override_global(globals::PIDNS_INO, &pidns_ino, true)
+        .override_global(globals::EXIT_TP_GROUP_DEAD, &exit_tp_group_dead, true)
+        .override_global(globals::TASK_FLAGS_OFFSET, &task_flags, true)
+        .override_global(globals::TASK_GROUP_LEADER_OFFSET, &task_group_leader, true)
+        .override_global(globals::TASK_SIGNAL_OFFSET, &task_signal, true)
+        .override_global(globals::SIGNAL_LIVE_OFFSET, &signal_live, true)
         .override_global(globals::WAKEUP_BYTES, &(u64::from(options.ringbuf_bytes) / 4), true)
         .override_global(globals::TARGET_COMM, &options.target_comm, true)
         .override_global(globals::TASK_PID_OFFSET, &task_pid, true)
@@ -156,13 +178,43 @@ pub fn load_and_attach(
     }
     attacher
         .attach(programs::TASK_NEWTASK, How::BtfTracepoint, programs::TASK_NEWTASK, false)
-        .context("attaching tp_btf task_newtask (follows the workload's forks)")?;
+        .context("attaching tp_btf task_newtask (follows the tasks followed ones create)")?;
+    if options.sample_hz > 0 {
+        attacher.attach_sampler(options.sample_hz).context(
+            "attaching the sampling program to the cpu-clock of every CPU (--no-cpu-stacks \
+             goes without it)",
+        )?;
+    }
     log::info!(
         "attached {} programs in {} ms",
         probes.programs.len(),
         started.elapsed().as_millis()
     );
     Ok(probes)
+}
+
+/// Kernel stacks walked per second and CPU, at most, where exits block. A walk costs a few
+/// microseconds on the machines exitprof was measured on (2.0 to 2.7 µs per walk of a short
+/// stack, by the BPF statistics of a program walking at every context switch); 200 a second
+/// bound that to about 0.05 % of a CPU however many exits block.
+const BLOCK_WALKS_PER_SEC: u32 = 200;
+
+/// The device and inode of exitprof's PID namespace, or zeros in the initial one, where the
+/// kernel's pids are the ones exitprof sees and none need translating.
+fn pid_namespace() -> anyhow::Result<(u64, u64)> {
+    use std::os::linux::fs::MetadataExt as _;
+    /// The initial PID namespace's inode (`PROC_PID_INIT_INO`, include/linux/proc_ns.h).
+    const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+    let ns = std::fs::metadata("/proc/self/ns/pid").context("reading /proc/self/ns/pid")?;
+    if ns.st_ino() == PROC_PID_INIT_INO {
+        return Ok((0, 0));
+    }
+    Ok((ns.st_dev(), ns.st_ino()))
+}
+
+/// The online CPUs (`/sys/devices/system/cpu/online`).
+fn online_cpus() -> anyhow::Result<Vec<u32>> {
+    aya::util::online_cpus().map_err(|(path, e)| anyhow::anyhow!("reading {path}: {e}"))
 }
 
 struct Attacher<'a> {
@@ -173,6 +225,29 @@ struct Attacher<'a> {
 }
 
 impl Attacher<'_> {
+    /// The sampling program on the software CPU clock of every online CPU, `hz` times a second.
+    fn attach_sampler(&mut self, hz: u32) -> anyhow::Result<()> {
+        let name = programs::SAMPLE_CPU;
+        let prog: &mut PerfEvent = self
+            .probes
+            .ebpf
+            .program_mut(name)
+            .with_context(|| format!("the eBPF object has no program {name}"))?
+            .try_into()?;
+        prog.load()?;
+        for cpu in online_cpus()? {
+            prog.attach(
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                PerfEventScope::AllProcessesOneCpu { cpu },
+                SamplePolicy::Frequency(u64::from(hz)),
+                false,
+            )
+            .with_context(|| format!("on CPU {cpu}"))?;
+        }
+        self.probes.programs.push(name.to_owned());
+        Ok(())
+    }
+
     fn attach(&mut self, program: &str, how: How, target: &str, ret: bool) -> anyhow::Result<()> {
         let prog: &mut Program = self
             .probes

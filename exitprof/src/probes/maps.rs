@@ -1,17 +1,18 @@
-//! The eBPF object's maps as userspace uses them: the ring buffers of records, readable from
-//! tokio; the loss counters; the kernel stacks where exits blocked; the processes to follow; the
-//! exits still in progress.
+//! Reading and writing the kernel side's maps: records from the ring buffers, counters, exits
+//! still in progress, the processes to follow, and the stop flag.
 
 use anyhow::Context as _;
 use aya::{
     Ebpf,
-    maps::{HashMap, MapData, PerCpuArray, RingBuf, StackTraceMap},
+    maps::{Array, Map, MapData, PerCpuArray, RingBuf},
 };
-use exitprof_common::{counters, names, record::ExitRecord};
+use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
+
+use exitprof_common::{counters, names, task::TaskState};
 use serde::Serialize;
 use tokio::io::unix::AsyncFd;
 
-use crate::kernel::kallsyms::Kallsyms;
+use crate::target::pidfd::PidFd;
 
 /// A ring buffer of records from the kernel side, readable from tokio.
 pub struct RecordStream {
@@ -53,123 +54,181 @@ impl RecordStream {
     }
 }
 
-/// Everything the kernel side could not keep, summed over CPUs.
+/// Everything the kernel side could not keep, summed over CPUs, and what it did besides
+/// recording exits (not losses: left out of the document's losses).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct KernelLosses {
     /// Exit records dropped because the ring buffer was full.
     pub ringbuf_full: u64,
-    /// Exits not followed because the per-task state map was full.
+    /// Exits not recorded because their task-local state could not be created (out of memory).
     pub state_map_full: u64,
-    /// Forked processes not followed because the tracking map was full.
+    /// Tasks created by followed ones that could not be marked as followed (their task-local
+    /// state could not be created): their exits are not recorded.
     pub tracked_map_full: u64,
     /// Deferred-work records dropped because their ring buffer was full.
     pub deferred_ringbuf_full: u64,
-    /// Exits whose record was dropped because a new exit with the same thread id started
-    /// before their end was seen.
+    /// Deferred work in progress that could not be noted (its map was full).
+    pub deferred_state_full: u64,
+    /// Exits whose record was dropped because the same task started its exit again before
+    /// their end was seen.
     pub stale_records: u64,
-    /// Not a loss, so not among them in the document: followed exits back on a CPU without a
-    /// `sched_switch` showing it, whose off-CPU interval therefore closed late (at their next
-    /// probe point or their final switch-out).
+    /// On-CPU samples dropped because their ring buffer was full.
+    pub samples_lost: u64,
+    /// Not a loss: followed exits back on a CPU without a `sched_switch` showing it, whose
+    /// off-CPU interval therefore closed late (at their next probe point or their final
+    /// switch-out).
     #[serde(skip)]
     pub unseen_returns: u64,
+    /// Not a loss: blocks whose kernel stack was walked, and those that would have been walked
+    /// but for the budget of walks per second.
+    #[serde(skip)]
+    pub stacks_walked: u64,
+    #[serde(skip)]
+    pub stacks_skipped: u64,
+    /// Not a loss: on-CPU samples of followed exits sent.
+    #[serde(skip)]
+    pub samples: u64,
 }
 
+/// Every counter of [`KernelLosses`] with its index in the kernel side's counters.
+macro_rules! kernel_counters {
+    ($callback:ident) => {
+        $callback! {
+            ringbuf_full => RINGBUF_FULL,
+            state_map_full => STATE_FULL,
+            tracked_map_full => FOLLOW_FAILED,
+            deferred_ringbuf_full => DEFERRED_RINGBUF_FULL,
+            deferred_state_full => DEFERRED_STATE_FULL,
+            stale_records => STALE_RECORD,
+            samples_lost => SAMPLES_LOST,
+            unseen_returns => UNSEEN_RETURN,
+            stacks_walked => STACKS_WALKED,
+            stacks_skipped => STACKS_SKIPPED,
+            samples => SAMPLES,
+        }
+    };
+}
+
+macro_rules! impl_kernel_losses {
+    ($($field:ident => $counter:ident),+ $(,)?) => {
+        impl KernelLosses {
+            /// What was counted since `earlier` (the counters only grow).
+            pub fn since(&self, earlier: &Self) -> Self {
+                Self { $($field: self.$field - earlier.$field),+ }
+            }
+
+            /// Both counts together.
+            pub fn plus(&self, other: &Self) -> Self {
+                Self { $($field: self.$field + other.$field),+ }
+            }
+
+            pub fn read(ebpf: &Ebpf) -> anyhow::Result<Self> {
+                let counters = Counters::new(ebpf)?;
+                Ok(Self { $($field: counters.sum(counters::$counter)?),+ })
+            }
+        }
+    };
+}
+
+kernel_counters!(impl_kernel_losses);
+
 impl KernelLosses {
-    /// What was lost since `earlier` (the counters only grow).
-    pub fn since(&self, earlier: &Self) -> Self {
-        Self {
-            ringbuf_full: self.ringbuf_full - earlier.ringbuf_full,
-            state_map_full: self.state_map_full - earlier.state_map_full,
-            tracked_map_full: self.tracked_map_full - earlier.tracked_map_full,
-            deferred_ringbuf_full: self.deferred_ringbuf_full - earlier.deferred_ringbuf_full,
-            stale_records: self.stale_records - earlier.stale_records,
-            unseen_returns: self.unseen_returns - earlier.unseen_returns,
-        }
-    }
-
-    /// Both counts together.
-    pub fn plus(&self, other: &Self) -> Self {
-        Self {
-            ringbuf_full: self.ringbuf_full + other.ringbuf_full,
-            state_map_full: self.state_map_full + other.state_map_full,
-            tracked_map_full: self.tracked_map_full + other.tracked_map_full,
-            deferred_ringbuf_full: self.deferred_ringbuf_full + other.deferred_ringbuf_full,
-            stale_records: self.stale_records + other.stale_records,
-            unseen_returns: self.unseen_returns + other.unseen_returns,
-        }
-    }
-
-    pub fn read(ebpf: &Ebpf) -> anyhow::Result<Self> {
-        let map: PerCpuArray<_, u64> = PerCpuArray::try_from(
-            ebpf.map(names::maps::LOSSES)
-                .with_context(|| format!("the eBPF object has no {} map", names::maps::LOSSES))?,
-        )?;
-        let sum = |i: u32| -> anyhow::Result<u64> {
-            Ok(map.get(&i, 0).with_context(|| format!("reading loss counter {i}"))?.iter().sum())
-        };
-        Ok(Self {
-            ringbuf_full: sum(counters::RINGBUF_FULL)?,
-            state_map_full: sum(counters::STATE_FULL)?,
-            tracked_map_full: sum(counters::TRACKED_FULL)?,
-            deferred_ringbuf_full: sum(counters::DEFERRED_RINGBUF_FULL)?,
-            stale_records: sum(counters::STALE_RECORD)?,
-            unseen_returns: sum(counters::UNSEEN_RETURN)?,
-        })
-    }
-
     /// Exits lost.
     pub fn exits(&self) -> u64 {
         self.ringbuf_full + self.state_map_full + self.stale_records
     }
 }
 
-/// The function names of a kernel stack the programs took, innermost first (`?` for an address
-/// kallsyms does not name; nothing when the stack is gone).
-pub fn stack_frames(ebpf: &Ebpf, symbols: &Kallsyms, id: u32) -> Vec<String> {
-    let Some(map) = ebpf.map(names::maps::BLOCK_STACKS) else { return Vec::new() };
-    let Ok(stacks) = StackTraceMap::try_from(map) else { return Vec::new() };
-    let Ok(stack) = stacks.get(&id, 0) else { return Vec::new() };
-    stack.frames().iter().map(|f| symbols.name_of(f.ip).unwrap_or("?").to_owned()).collect()
+/// The kernel side's per-CPU counters.
+struct Counters<'a>(PerCpuArray<&'a MapData, u64>);
+
+impl<'a> Counters<'a> {
+    fn new(ebpf: &'a Ebpf) -> anyhow::Result<Self> {
+        let map = ebpf
+            .map(names::maps::COUNTERS)
+            .with_context(|| format!("the eBPF object has no {} map", names::maps::COUNTERS))?;
+        Ok(Self(PerCpuArray::try_from(map)?))
+    }
+
+    /// One counter, summed over CPUs.
+    fn sum(&self, counter: u32) -> anyhow::Result<u64> {
+        Ok(self
+            .0
+            .get(&counter, 0)
+            .with_context(|| format!("reading counter {counter}"))?
+            .iter()
+            .sum())
+    }
 }
 
-/// Records the exits of these thread groups, and of the processes they fork from now on;
-/// `role` is an `exitprof_common::tracked` value (a driver's own exit is left out).
-pub fn track(ebpf: &mut Ebpf, tgids: &[u32], role: u8) -> anyhow::Result<()> {
-    let mut tracked: HashMap<_, u32, u8> = HashMap::try_from(
-        ebpf.map_mut(names::maps::TRACKED)
-            .with_context(|| format!("the eBPF object has no {} map", names::maps::TRACKED))?,
-    )?;
-    for &tgid in tgids {
-        tracked.insert(tgid, role, 0).with_context(|| format!("tracking pid {tgid}"))?;
+/// Follows these processes (pids as exitprof sees them), and the tasks they create from then on:
+/// `follow` is an `exitprof_common::task` value, written to each one's task-local storage
+/// through a pidfd, which names the process itself whatever PID namespace exitprof runs in.
+pub fn track(ebpf: &Ebpf, pids: &[u32], follow: u32) -> anyhow::Result<()> {
+    let Some(Map::Unsupported(tasks)) = ebpf.map(names::maps::TASKS) else {
+        anyhow::bail!("the eBPF object has no {} task-storage map", names::maps::TASKS);
+    };
+    let state = TaskState::marked(follow);
+    for &pid in pids {
+        let pidfd = match PidFd::open(pid) {
+            Ok(pidfd) => pidfd,
+            // Ended since it was found: it has no exit left to follow.
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => continue,
+            Err(e) => return Err(e).with_context(|| format!("opening a pidfd for pid {pid}")),
+        };
+        update_task_storage(tasks.fd().as_fd(), pidfd.as_fd(), &state)
+            .with_context(|| format!("following pid {pid}"))?;
     }
     Ok(())
 }
 
-/// Exits in progress that started at or before `until_ns` (CLOCK_MONOTONIC), of thread groups
-/// `keep` accepts.
-pub fn in_progress(
-    ebpf: &Ebpf,
-    until_ns: u64,
-    keep: impl Fn(u32) -> bool,
-) -> anyhow::Result<usize> {
-    let exiting: HashMap<_, u32, ExitRecord> = HashMap::try_from(
-        ebpf.map(names::maps::EXITING)
-            .with_context(|| format!("the eBPF object has no {} map", names::maps::EXITING))?,
-    )?;
-    let mut n = 0;
-    for entry in &exiting {
-        let (_, record) = entry.context("reading exits in progress")?;
-        if record.n_hits > 0 && record.hits[0].ts_ns <= until_ns && keep(record.tgid) {
-            n += 1;
-        }
+/// `bpf(BPF_MAP_UPDATE_ELEM)` of a task-storage map, whose key is a pidfd (aya has no
+/// task-storage map type).
+fn update_task_storage(
+    map: BorrowedFd<'_>,
+    pidfd: BorrowedFd<'_>,
+    value: &TaskState,
+) -> std::io::Result<()> {
+    /// The `BPF_MAP_*_ELEM` part of `union bpf_attr` (include/uapi/linux/bpf.h).
+    #[repr(C)]
+    struct ElemAttr {
+        map_fd: u32,
+        _pad: u32,
+        key: u64,
+        value: u64,
+        flags: u64,
     }
-    Ok(n)
+    const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+    let key: i32 = pidfd.as_raw_fd();
+    let attr = ElemAttr {
+        map_fd: map.as_raw_fd().cast_unsigned(),
+        _pad: 0,
+        key: (&raw const key) as u64,
+        value: std::ptr::from_ref(value) as u64,
+        flags: 0,
+    };
+    // SAFETY: `attr` points at a key and a value of the map's sizes, alive for the call.
+    let rc = unsafe {
+        libc::syscall(libc::SYS_bpf, BPF_MAP_UPDATE_ELEM, &raw const attr, size_of::<ElemAttr>())
+    };
+    if rc < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
 }
 
-/// CLOCK_MONOTONIC now, in ns: the clock of the kernel side's timestamps.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid timespec to fill in; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+/// Exit records the kernel side has opened and not yet ended (sent or dropped): exits in
+/// progress. The kernel counts an end after its record is in the ring buffer, so a read of the
+/// ring buffer after this count finds every record it no longer includes.
+pub fn in_progress(ebpf: &Ebpf) -> anyhow::Result<u64> {
+    let counters = Counters::new(ebpf)?;
+    Ok(counters.sum(counters::EXITS_OPENED)?.saturating_sub(counters.sum(counters::EXITS_ENDED)?))
+}
+
+/// Stops opening exit records (the target ended: exits that start from now on are not part of
+/// the run), or opens them again (a new target starts).
+pub fn set_stopped(ebpf: &mut Ebpf, stopped: bool) -> anyhow::Result<()> {
+    let map = ebpf
+        .map_mut(names::maps::CONTROL)
+        .with_context(|| format!("the eBPF object has no {} map", names::maps::CONTROL))?;
+    let mut control: Array<_, u32> = Array::try_from(map)?;
+    control.set(0, u32::from(stopped), 0).context("setting the kernel side's stop flag")?;
+    Ok(())
 }

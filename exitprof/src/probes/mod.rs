@@ -25,4 +25,6 @@ pub struct ProbeOptions {
     pub syscall_tracepoints: Option<bool>,
     /// Take the kernel stack of each block of an exiting task.
     pub block_stacks: bool,
+    /// Samples per second and CPU of the kernel stacks of exits on a CPU (0: none).
+    pub sample_hz: u32,
 }

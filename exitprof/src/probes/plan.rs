@@ -457,6 +457,12 @@ impl Plan {
         self.points.iter().any(|p| p.site == SiteId::Deferred(DeferredSite::SynchronizeRcu))
     }
 
+    /// Whether reaps are seen as `wait4` returns, which name the child by its pid in the
+    /// parent's PID namespace (else by `release_task`, which names it by its kernel pid).
+    pub fn reaps_from_wait4(&self) -> bool {
+        self.points.iter().any(|p| p.site == SiteId::Deferred(DeferredSite::Wait4Return))
+    }
+
     fn require(&self, what: &'static str, any_of: &[Marker]) -> Result<(), PlanError> {
         if self.points.iter().any(|p| any_of.iter().any(|m| p.site == SiteId::Marker(*m))) {
             return Ok(());

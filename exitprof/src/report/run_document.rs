@@ -9,7 +9,8 @@ use crate::{
         blocking::BlockedIn,
         deferred::DeferredReport,
         histogram::{Bucket, Latency},
-        profile::Profile,
+        profile::{Profile, StageRow},
+        records::ExitKind,
     },
     probes::{
         load::ProgramCost,
@@ -57,6 +58,15 @@ pub struct RunDocument {
     pub rate: Option<RateDoc>,
     /// The whole exit first (named `exit`), then each stage in kernel order.
     pub stages: Vec<StageDoc>,
+    /// The same for each kind of exit that occurred apart: `thread` (a thread of a process that
+    /// lives on) and `process` (the last or only thread of its process).
+    pub by_kind: Vec<KindDoc>,
+    /// Exits that ran out of hit slots: in the whole exit's figures, left out of the stages'.
+    pub truncated: u64,
+    /// Blocked exits, and those whose longest block's kernel stack was walked (within a
+    /// budget of walks per second and CPU): `blocked_in` covers the latter.
+    pub blocked_exits: u64,
+    pub blocked_exits_walked: u64,
     /// Where the time went, in a sentence or two.
     pub verdict: String,
     /// Where exits blocked: the kernel stacks of each exit's longest block, most blocked time
@@ -194,8 +204,12 @@ impl KernelCostDoc {
 /// The stage table of a profile: the whole exit first (named `exit`), then each stage in kernel
 /// order.
 pub fn stage_docs(profile: &Profile) -> Vec<StageDoc> {
-    let mut stages = vec![StageDoc::new("exit".to_owned(), profile.exit(), 1.0, Vec::new())];
-    stages.extend(profile.rows().into_iter().map(|row| {
+    stage_table_docs(profile.exit(), profile.rows())
+}
+
+fn stage_table_docs(exit: &Latency, rows: Vec<StageRow<'_>>) -> Vec<StageDoc> {
+    let mut stages = vec![StageDoc::new("exit".to_owned(), exit, 1.0, Vec::new())];
+    stages.extend(rows.into_iter().map(|row| {
         StageDoc::new(
             row.stage.name.clone(),
             row.latency,
@@ -204,6 +218,28 @@ pub fn stage_docs(profile: &Profile) -> Vec<StageDoc> {
         )
     }));
     stages
+}
+
+/// One kind of exit's stage table.
+#[derive(Debug, Serialize)]
+pub struct KindDoc {
+    pub kind: ExitKind,
+    pub exits: u64,
+    /// As `stages` of the whole document.
+    pub stages: Vec<StageDoc>,
+}
+
+/// Each kind of exit that occurred, with its stage table.
+pub fn kind_docs(profile: &Profile) -> Vec<KindDoc> {
+    profile
+        .kinds()
+        .into_iter()
+        .map(|(kind, exit, rows)| KindDoc {
+            kind,
+            exits: exit.count(),
+            stages: stage_table_docs(exit, rows),
+        })
+        .collect()
 }
 
 /// Exits per second: for storms as the 2006 thread computed it, from the drivers' counts
@@ -257,6 +293,10 @@ impl RunDocument {
             exit_rate,
             rate,
             stages,
+            by_kind: kind_docs(&run.profile),
+            truncated: run.profile.truncated,
+            blocked_exits: run.blocked_exits,
+            blocked_exits_walked: run.blocked_exits_walked,
             verdict,
             blocked_in: run.blocked_in.clone(),
             deferred: run.deferred.report(),

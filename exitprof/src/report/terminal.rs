@@ -4,10 +4,10 @@ use std::fmt::Write as _;
 
 use super::{
     fmt_ns, fmt_rate,
-    run_document::{KernelCostDoc, RateDoc, RunDocument, WorkloadDoc},
+    run_document::{KernelCostDoc, RateDoc, RunDocument, StageDoc, WorkloadDoc},
     table::TextTable,
 };
-use crate::analysis::{blocking::BlockedIn, deferred::DeferredReport, histogram::Summary};
+use crate::analysis::{deferred::DeferredReport, histogram::Summary};
 
 /// Renders a run for a person.
 pub fn render(doc: &RunDocument) -> String {
@@ -65,11 +65,27 @@ pub fn render(doc: &RunDocument) -> String {
             "note:", doc.unseen_returns
         );
     }
+    if doc.truncated > 0 {
+        let _ = writeln!(
+            out,
+            "{:<9} {} exits ran out of hit slots: counted in the whole exit, left out of the \
+             stages",
+            "note:", doc.truncated
+        );
+    }
     out.push('\n');
-    out.push_str(&stage_table(doc).to_string());
+    out.push_str(&stage_table(&doc.stages).to_string());
     out.push('\n');
+    // Thread exits and process exits apart, where both occur.
+    if doc.by_kind.len() > 1 {
+        for kind in &doc.by_kind {
+            let _ = writeln!(out, "\n{} exits ({}):", kind.kind.name(), kind.exits);
+            out.push_str(&stage_table(&kind.stages).to_string());
+            out.push('\n');
+        }
+    }
     let _ = writeln!(out, "\nverdict: {}", doc.verdict);
-    out.push_str(&blocked_in_table(&doc.blocked_in));
+    out.push_str(&blocked_in_table(doc));
     out.push_str(&deferred_table(&doc.deferred));
     if let Some(cost) = &doc.kernel_cost {
         out.push_str(&kernel_cost_table(cost));
@@ -251,7 +267,8 @@ fn deferred_table(d: &DeferredReport) -> String {
 }
 
 /// Where exits blocked: each exit's longest block, by kernel stack.
-fn blocked_in_table(blocked: &[BlockedIn]) -> String {
+fn blocked_in_table(doc: &RunDocument) -> String {
+    let blocked = &doc.blocked_in;
     if blocked.is_empty() {
         return String::new();
     }
@@ -265,16 +282,25 @@ fn blocked_in_table(blocked: &[BlockedIn]) -> String {
             format!("{:.0}%", b.share * 100.0),
         ]);
     }
-    format!("\n{table}\n")
+    let sampled = if doc.blocked_exits_walked < doc.blocked_exits {
+        format!(
+            "(stacks of {} of the {} blocked exits: at most a few hundred walks a second and CPU \
+             are made, a walk costing microseconds)\n",
+            doc.blocked_exits_walked, doc.blocked_exits
+        )
+    } else {
+        String::new()
+    };
+    format!("\n{table}\n{sampled}")
 }
 
-fn stage_table(doc: &RunDocument) -> TextTable {
+fn stage_table(stages: &[StageDoc]) -> TextTable {
     let mut table = TextTable::new([
         "stage", "count", "mean", "p50", "p90", "p99", "p99.9", "max", "share", "off-CPU",
         "runnable",
     ])
     .figures_right();
-    for (i, s) in doc.stages.iter().enumerate() {
+    for (i, s) in stages.iter().enumerate() {
         let name = if i == 0 { s.name.clone() } else { format!("  {}", s.name) };
         table.add_row([
             name,

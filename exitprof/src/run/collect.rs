@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::start::{Attached, Started, Stop};
 use crate::{
     analysis::session::Session,
-    probes::maps::{self, RecordStream, monotonic_ns},
+    probes::maps::{self, RecordStream},
     report::progress::{self, Progress},
     target::signals::{Signals, signal_name},
 };
@@ -40,12 +40,21 @@ pub async fn collect_until(
 ) -> anyhow::Result<Collected> {
     let Started { mut stop, killer } = started;
     let begin = Instant::now();
-    // A session can collect several targets in turn (compare): each is collected in full.
-    session.stop_ns = u64::MAX;
-    let (mut probes, mut exits, mut deferred, symbols) = match attached {
-        Some(a) => (Some(&a.probes), Some(&mut a.exits), Some(&mut a.deferred), Some(&a.symbols)),
-        None => (None, None, None, None),
+    let (mut probes, mut streams, symbols) = match attached {
+        Some(a) => (
+            Some(&mut a.probes),
+            Streams {
+                exits: Some(&mut a.exits),
+                deferred: Some(&mut a.deferred),
+                samples: Some(&mut a.samples),
+            },
+            Some(&a.symbols),
+        ),
+        None => (None, Streams::default(), None),
     };
+    if let Some(probes) = probes.as_deref_mut() {
+        maps::set_stopped(&mut probes.ebpf, false)?;
+    }
     let mut ticker = tokio::time::interval(progress::INTERVAL);
     // Records do not wake exitprof one by one (that would put it on a CPU for every exit of the
     // storm it measures): they are read on this beat, or when a ring buffer fills up.
@@ -54,17 +63,18 @@ pub async fn collect_until(
     let mut interrupted = None;
     let stop = loop {
         tokio::select! {
-            _ = reads.tick() => {
-                drain(exits.as_deref_mut(), |b| session.exit_record(b));
-                drain(deferred.as_deref_mut(), |b| session.deferred_record(b));
-            }
-            ready = ready(exits.as_deref_mut()) => {
+            _ = reads.tick() => streams.drain(session),
+            ready = ready(streams.exits.as_deref_mut()) => {
                 ready?;
-                drain(exits.as_deref_mut(), |b| session.exit_record(b));
+                streams.drain(session);
             }
-            ready = ready(deferred.as_deref_mut()) => {
+            ready = ready(streams.deferred.as_deref_mut()) => {
                 ready?;
-                drain(deferred.as_deref_mut(), |b| session.deferred_record(b));
+                streams.drain(session);
+            }
+            ready = ready(streams.samples.as_deref_mut()) => {
+                ready?;
+                streams.drain(session);
             }
             stopped = &mut stop => break stopped?,
             signal = signals.next(), if interrupted.is_none() => {
@@ -79,35 +89,56 @@ pub async fn collect_until(
     };
     progress.finish();
     let elapsed = begin.elapsed();
-    // Exits that start from now on are outside the run.
-    let stop_ns = monotonic_ns();
-    session.stop_ns = stop_ns;
     let Some(probes) = probes.take() else {
         return Ok(Collected { stop, interrupted, elapsed, unfinished: 0 });
     };
 
     // The target has ended, but its last tasks may not have switched out for good yet, and
-    // deferred work (RCU callbacks, the free_ipc kworker) runs later still.
-    let exclusion = session.exclusion.clone();
-    let keep = |tgid| !exclusion.excludes(tgid);
+    // deferred work (RCU callbacks, the free_ipc kworker) runs later still. The kernel side
+    // opens no exit from now on, so the exits in progress only end.
+    maps::set_stopped(&mut probes.ebpf, true)?;
     let settle_start = Instant::now();
-    loop {
-        drain(exits.as_deref_mut(), |b| session.exit_record(b));
-        drain(deferred.as_deref_mut(), |b| session.deferred_record(b));
-        let settled = maps::in_progress(&probes.ebpf, stop_ns, keep)? == 0
+    let unfinished = loop {
+        // Counted before the ring buffers are read: an exit that ends after the count is in
+        // progress still; one that ended before it is in the ring buffer and read now. (Read
+        // the other way round, a record sent in between was never read, and never counted.)
+        let in_progress = maps::in_progress(&probes.ebpf)?;
+        streams.drain(session);
+        let settled = in_progress == 0
             && session.deferred.awaiting_task_free() == 0
             && !session.deferred.awaiting_ipc_run();
         if settled || settle_start.elapsed() >= SETTLE_TIMEOUT {
-            break;
+            break in_progress;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let unfinished = maps::in_progress(&probes.ebpf, stop_ns, keep)? as u64;
-    // Stack ids belong to this loaded object: name the stacks while it is loaded.
+    };
     if let Some(symbols) = symbols {
-        session.blocking.name_stacks(|id| maps::stack_frames(&probes.ebpf, symbols, id));
+        session.blocking.name_stacks(|ip| symbols.name_of(ip).unwrap_or("?").to_owned());
     }
     Ok(Collected { stop, interrupted, elapsed, unfinished })
+}
+
+/// The ring buffers a run reads (none without probes).
+#[derive(Default)]
+struct Streams<'a> {
+    exits: Option<&'a mut RecordStream>,
+    deferred: Option<&'a mut RecordStream>,
+    samples: Option<&'a mut RecordStream>,
+}
+
+impl Streams<'_> {
+    /// Reads every record available now, exits first (a sample joins its exit's record).
+    fn drain(&mut self, session: &mut Session) {
+        if let Some(exits) = self.exits.as_deref_mut() {
+            exits.drain(|b| session.exit_record(b));
+        }
+        if let Some(deferred) = self.deferred.as_deref_mut() {
+            deferred.drain(|b| session.deferred_record(b));
+        }
+        if let Some(samples) = self.samples.as_deref_mut() {
+            samples.drain(|b| session.sample_record(b));
+        }
+    }
 }
 
 /// Waits for records on a stream; forever when there is none.
@@ -115,11 +146,5 @@ async fn ready(stream: Option<&mut RecordStream>) -> anyhow::Result<()> {
     match stream {
         Some(stream) => stream.ready().await,
         None => std::future::pending().await,
-    }
-}
-
-fn drain(stream: Option<&mut RecordStream>, f: impl FnMut(&[u8])) {
-    if let Some(stream) = stream {
-        stream.drain(f);
     }
 }

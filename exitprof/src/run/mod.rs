@@ -71,6 +71,9 @@ pub struct RunOutcome {
     pub deferred: DeferredWork,
     /// Where exits blocked, most blocked time first.
     pub blocked_in: Vec<BlockedIn>,
+    /// Exits that blocked, and those whose stack of their longest block was walked.
+    pub blocked_exits: u64,
+    pub blocked_exits_walked: u64,
     pub losses: Losses,
     /// With --bpf-stats: each program's runs and run time while the target ran.
     pub kernel_cost: Option<Vec<ProgramCost>>,
@@ -170,6 +173,8 @@ pub async fn run(request: &RunRequest) -> anyhow::Result<RunOutcome> {
 
     let Collected { stop, interrupted, elapsed, unfinished } = collected;
     let blocked_in = session.blocking.report(BLOCKED_IN_SHOWN);
+    let (blocked_exits, blocked_exits_walked) =
+        (session.blocking.blocked_exits, session.blocking.walked_exits);
     let Session { profile, deferred, undecodable, .. } = session;
     let losses = Losses { kernel, undecodable, unfinished, hits: profile.lost_hits, probe_misses };
     let (elapsed, child, ended) = match stop {
@@ -193,6 +198,8 @@ pub async fn run(request: &RunRequest) -> anyhow::Result<RunOutcome> {
         profile,
         deferred,
         blocked_in,
+        blocked_exits,
+        blocked_exits_walked,
         losses,
         kernel_cost,
         interrupted,

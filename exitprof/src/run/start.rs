@@ -10,7 +10,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use exitprof_common::{names, sizes::COMM_LEN, tracked};
+use exitprof_common::{names, sizes::COMM_LEN, task};
 
 use crate::{
     export::{self, ExportTarget},
@@ -161,6 +161,7 @@ pub struct Attached {
     pub probes: Probes,
     pub(super) exits: RecordStream,
     pub(super) deferred: RecordStream,
+    pub(super) samples: RecordStream,
     /// Names the kernel stacks the programs take.
     pub(super) symbols: Arc<Kallsyms>,
 }
@@ -168,9 +169,13 @@ pub struct Attached {
 impl Attached {
     pub fn new(plan: &Plan, facts: &KernelFacts, options: LoadOptions) -> anyhow::Result<Self> {
         let mut probes = load::load_and_attach(plan, facts, options)?;
+        // exitprof's own exits are never part of a target (--all, --comm): the kernel side
+        // leaves out this process and the threads it creates.
+        maps::track(&probes.ebpf, &[std::process::id()], task::EXCLUDED)?;
         let exits = RecordStream::take(&mut probes.ebpf, names::maps::EXITS)?;
         let deferred = RecordStream::take(&mut probes.ebpf, names::maps::DEFERRED)?;
-        Ok(Self { probes, exits, deferred, symbols: facts.kallsyms.clone() })
+        let samples = RecordStream::take(&mut probes.ebpf, names::maps::SAMPLES)?;
+        Ok(Self { probes, exits, deferred, samples, symbols: facts.kallsyms.clone() })
     }
 
     /// What the kernel side lost so far.
@@ -197,6 +202,7 @@ pub fn load_options(prepared: &Prepared, request: &RunRequest) -> LoadOptions {
         ringbuf_bytes: request.ringbuf_bytes,
         kretprobe_maxactive: request.probes.kretprobe_maxactive,
         block_stacks: request.probes.block_stacks,
+        sample_hz: request.probes.sample_hz,
     }
 }
 
@@ -221,8 +227,8 @@ pub fn start(
             let gated = workload::spawn(&workload, quiet_stdout)?;
             if let Some(ebpf) = ebpf.as_deref_mut() {
                 let role = match workload {
-                    Workload::Storm(_) => tracked::DRIVER,
-                    Workload::Command { .. } => tracked::FOLLOWED,
+                    Workload::Storm(_) => task::DRIVER,
+                    Workload::Command { .. } => task::FOLLOWED,
                 };
                 maps::track(ebpf, &gated.pids(), role)?;
             }
@@ -284,8 +290,8 @@ pub enum Stop {
 /// Tracks `pid` and every process below it. Repeats the walk until it finds nothing new: a
 /// process forked by one found late may have escaped the kernel-side fork tracking. Returns how
 /// many descendants were found.
-fn track_tree(ebpf: &mut aya::Ebpf, pid: u32) -> anyhow::Result<usize> {
-    maps::track(ebpf, &[pid], tracked::FOLLOWED)?;
+fn track_tree(ebpf: &aya::Ebpf, pid: u32) -> anyhow::Result<usize> {
+    maps::track(ebpf, &[pid], task::FOLLOWED)?;
     let mut followed = HashSet::from([pid]);
     loop {
         let found = watch::descendants(pid)
@@ -294,7 +300,7 @@ fn track_tree(ebpf: &mut aya::Ebpf, pid: u32) -> anyhow::Result<usize> {
         if new.is_empty() {
             return Ok(followed.len() - 1);
         }
-        maps::track(ebpf, &new, tracked::FOLLOWED)?;
+        maps::track(ebpf, &new, task::FOLLOWED)?;
         followed.extend(new);
     }
 }

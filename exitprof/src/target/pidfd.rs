@@ -2,7 +2,7 @@
 
 use std::{
     io,
-    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    os::fd::{AsFd, AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd},
 };
 
 use tokio::io::unix::AsyncFd;
@@ -50,5 +50,11 @@ impl PidFd {
             .map_err(|e| e.into_parts().1)?;
         let _ready = fd.readable().await?;
         Ok(())
+    }
+}
+
+impl AsFd for PidFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
     }
 }
