@@ -160,6 +160,8 @@ pub(crate) mod tests {
             profile,
             deferred: DeferredWork::new(true, true, false),
             blocked_in: Vec::new(),
+            blocked_exits: 0,
+            blocked_exits_walked: 0,
             losses: Losses::default(),
             kernel_cost: None,
             interrupted: None,

@@ -114,8 +114,9 @@ pub fn encode(set: &ExportSet) -> Vec<u8> {
         losses,
         "counter",
         "Records lost, by cause: exits (ringbuf_full, state_map_full, stale_records, \
-         undecodable, unfinished), probe hits (hits, probe_misses), followed forks \
-         (tracked_map_full), deferred-work records (deferred_ringbuf_full).",
+         undecodable, unfinished), probe hits (hits, probe_misses), followed tasks \
+         (tracked_map_full), deferred work (deferred_ringbuf_full, deferred_state_full), \
+         on-CPU samples (samples_lost).",
     );
     for run in &set.runs {
         for (cause, n) in &run.losses {

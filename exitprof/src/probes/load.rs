@@ -24,6 +24,7 @@ use crate::{
         plan::{How, Plan, Planned, SiteId},
         prog_stats,
     },
+    target::UsageError,
 };
 
 /// The eBPF object, built from `exitprof-ebpf` by the build script.
@@ -36,6 +37,23 @@ pub fn ensure_object_embedded() -> anyhow::Result<()> {
             "this exitprof binary was built without its eBPF programs (bpf-linker was missing \
              at build time); run `cargo xtask setup` and rebuild, or use `cargo xtask run`"
         );
+    }
+    Ok(())
+}
+
+/// Fails, as a request the machine cannot satisfy, where the kernel has no task-local storage
+/// for BPF programs (Linux 5.11+), in which exitprof keeps each task's exit state.
+fn ensure_task_storage() -> anyhow::Result<()> {
+    let supported = aya::sys::is_map_supported(aya::maps::MapType::TaskStorage)
+        .context("asking the kernel whether it has BPF task storage")?;
+    if !supported {
+        return Err(UsageError(
+            "this kernel has no BPF task-local storage (BPF_MAP_TYPE_TASK_STORAGE, Linux 5.11+), \
+             in which exitprof keeps each exiting task's state; it needs Linux 5.18 or newer \
+             with BTF"
+                .to_owned(),
+        )
+        .into());
     }
     Ok(())
 }
@@ -116,6 +134,7 @@ pub fn load_and_attach(
     options: LoadOptions,
 ) -> anyhow::Result<Probes> {
     ensure_object_embedded()?;
+    ensure_task_storage()?;
     let kernel_btf =
         facts.btf.as_ref().context("exitprof needs kernel BTF (CONFIG_DEBUG_INFO_BTF)")?;
     let tracefs = facts.tracefs.as_path();

@@ -9,12 +9,29 @@ const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "exitprof needs root, or the capabilities CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), to load \
-     its eBPF programs; this process lacks {missing}. Run it as root (e.g. with sudo)."
-)]
-pub struct MissingPrivilege {
-    pub missing: String,
+pub enum MissingPrivilege {
+    #[error(
+        "exitprof needs root, or the capabilities CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), to \
+         load its eBPF programs; this process lacks {0}. Run it as root (e.g. with sudo)."
+    )]
+    Capabilities(String),
+    #[error(
+        "exitprof runs in a user namespace of its own (a rootless container, `unshare --user`), \
+         where the kernel refuses to load eBPF programs whatever capabilities the namespace \
+         grants: run it on the host, or in a container that shares the host's user namespace \
+         and has CAP_BPF and CAP_PERFMON (a PID namespace of its own is fine)"
+    )]
+    UserNamespace,
+}
+
+/// The initial user namespace's inode (`PROC_USER_INIT_INO`, include/linux/proc_ns.h).
+const PROC_USER_INIT_INO: u64 = 0xEFFF_FFFD;
+
+/// Whether this process is in the initial user namespace, where capabilities can load BPF.
+fn in_initial_user_namespace() -> bool {
+    use std::os::linux::fs::MetadataExt as _;
+    // Unreadable: assume the initial namespace; loading then says what is wrong.
+    fs::metadata("/proc/self/ns/user").map_or(true, |ns| ns.st_ino() == PROC_USER_INIT_INO)
 }
 
 /// The effective capability set of this process, as a bit mask.
@@ -36,8 +53,12 @@ pub fn has_capability(cap: u32) -> bool {
     caps & (1 << cap) != 0 || caps & (1 << CAP_SYS_ADMIN) != 0
 }
 
-/// Fails with a message naming the missing capabilities.
+/// Fails with a message naming the missing capabilities, or the user namespace that withholds
+/// them from BPF.
 pub fn check() -> Result<(), MissingPrivilege> {
+    if !in_initial_user_namespace() {
+        return Err(MissingPrivilege::UserNamespace);
+    }
     check_mask(effective_capabilities())
 }
 
@@ -51,7 +72,7 @@ fn check_mask(caps: u64) -> Result<(), MissingPrivilege> {
         .filter(|&(cap, _)| !has(cap))
         .map(|(_, name)| name)
         .collect();
-    Err(MissingPrivilege { missing: missing.join(" and ") })
+    Err(MissingPrivilege::Capabilities(missing.join(" and ")))
 }
 
 #[cfg(test)]
@@ -62,7 +83,11 @@ mod tests {
     fn names_what_is_missing() {
         assert!(check_mask(1 << CAP_SYS_ADMIN).is_ok());
         assert!(check_mask((1 << CAP_BPF) | (1 << CAP_PERFMON)).is_ok());
-        assert_eq!(check_mask(0).unwrap_err().missing, "CAP_BPF and CAP_PERFMON");
-        assert_eq!(check_mask(1 << CAP_BPF).unwrap_err().missing, "CAP_PERFMON");
+        let missing = |caps| match check_mask(caps) {
+            Err(MissingPrivilege::Capabilities(missing)) => missing,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(missing(0), "CAP_BPF and CAP_PERFMON");
+        assert_eq!(missing(1 << CAP_BPF), "CAP_PERFMON");
     }
 }

@@ -121,21 +121,23 @@ impl Losses {
     }
 
     /// Every cause: (JSON key, what it means, count).
-    pub fn by_cause(&self) -> [(&'static str, &'static str, u64); 9] {
+    pub fn by_cause(&self) -> [(&'static str, &'static str, u64); 11] {
         [
             ("ringbuf_full", "ring buffer full", self.kernel.ringbuf_full),
-            ("state_map_full", "state map full", self.kernel.state_map_full),
+            ("state_map_full", "task state not created", self.kernel.state_map_full),
             ("stale_records", "ends never seen", self.kernel.stale_records),
             ("undecodable", "undecodable", self.undecodable),
             ("unfinished", "unfinished", self.unfinished),
             ("hits", "probe hits over the per-exit limit", self.hits),
             ("probe_misses", "probe hits missed by the kernel", self.probe_misses),
-            ("tracked_map_full", "forks not followed", self.kernel.tracked_map_full),
+            ("tracked_map_full", "tasks not followed", self.kernel.tracked_map_full),
             (
                 "deferred_ringbuf_full",
                 "deferred-work records dropped",
                 self.kernel.deferred_ringbuf_full,
             ),
+            ("deferred_state_full", "deferred work not noted", self.kernel.deferred_state_full),
+            ("samples_lost", "on-CPU samples dropped", self.kernel.samples_lost),
         ]
     }
 }

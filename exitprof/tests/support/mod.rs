@@ -381,3 +381,25 @@ pub fn assert_nothing_left(run: &Started) {
         exitprof_kprobe_events().into_iter().filter(|e| e.contains(&group)).collect();
     assert!(events.is_empty(), "kprobe events left: {events:?}");
 }
+
+/// A test program of `exitprof/tests/programs/`, compiled with `cc -O2 -pthread` once per test
+/// binary run (into cargo's scratch directory for integration tests).
+pub fn c_program(name: &str) -> std::path::PathBuf {
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/programs")
+        .join(format!("{name}.c"));
+    let binary = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let out = Command::new("cc")
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .output()
+        .unwrap_or_else(|e| panic!("cc must be installed to build {}: {e}", source.display()));
+    assert!(
+        out.status.success(),
+        "cc failed on {}:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    binary
+}
