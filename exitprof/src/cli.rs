@@ -139,9 +139,10 @@ pub struct RunArgs {
     /// The format of the --export paths whose extension names none.
     #[arg(long, value_enum, value_name = "FMT", requires = "exports")]
     pub format: Option<Format>,
-    /// Size of the kernel-to-userspace ring buffer for exit records (a power of two).
-    #[arg(long, value_name = "BYTES", default_value_t = 16 << 20, value_parser = parse_ringbuf_size)]
-    pub ringbuf_bytes: u32,
+    /// Size of the kernel-to-userspace ring buffer for exit records (a power of two) [default:
+    /// from the storm, 256 KiB to 4 MiB; 4 MiB when watching].
+    #[arg(long, value_name = "BYTES", value_parser = parse_ringbuf_size)]
+    pub ringbuf_bytes: Option<u32>,
     /// Have the kernel count each of exitprof's eBPF programs' runs and run time while the
     /// target runs, and report them: exitprof's own cost in the kernel, per exit. The counting
     /// itself adds a little to every program run.

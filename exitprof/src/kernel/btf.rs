@@ -2,7 +2,7 @@
 //! relocations, so userspace reads the offsets from the running kernel's BTF and passes them in
 //! as load-time constants).
 
-use btf_rs::{Btf, Type};
+use btf_rs::{Backend, Btf, Type};
 
 /// Where the kernel exposes its own BTF.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -28,8 +28,12 @@ impl KernelBtf {
         Self::from_file(VMLINUX_BTF)
     }
 
+    /// Maps the file and parses its types as they are asked for: exitprof asks for a few dozen
+    /// of the kernel's ~100,000, and parsing all of them up front cost it most of its start-up
+    /// time and memory. (Where the file cannot be mapped, it is read and parsed whole.)
     fn from_file(path: &str) -> Result<Self, BtfError> {
-        Btf::from_file(path)
+        Btf::from_file_with_backend(path, Backend::Mmap)
+            .or_else(|_| Btf::from_file_with_backend(path, Backend::Cache))
             .map(Self)
             .map_err(|e| BtfError::Unreadable { path: path.to_owned(), why: e.to_string() })
     }

@@ -44,8 +44,8 @@ pub struct RunRequest {
     pub json: bool,
     /// Files to write the results to.
     pub exports: Vec<ExportTarget>,
-    /// Size of the exit-record ring buffer.
-    pub ringbuf_bytes: u32,
+    /// Size of the exit-record ring buffer; `None`: sized from the target.
+    pub ringbuf_bytes: Option<u32>,
     /// Have the kernel count the run time of exitprof's programs (--bpf-stats).
     pub bpf_stats: bool,
 }
