@@ -35,7 +35,7 @@ pub struct TaskState {
     /// Frames in `pending_stack` (0: the block in progress has no stack).
     pub pending_stack_len: u32,
     /// Padding, zero.
-    pub _pad: u32,
+    pub pad: u32,
     /// The kernel stack where the exiting task blocked last, taken as it switched out; it
     /// becomes the record's `block_stack` if that block turns out to be the exit's longest.
     pub pending_stack: [u64; BLOCK_STACK_DEPTH],

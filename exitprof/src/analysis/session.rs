@@ -20,6 +20,8 @@ pub struct Session {
     pub blocking: Blocking,
     /// Records that could not be decoded.
     pub undecodable: u64,
+    /// On-CPU samples received.
+    pub samples: u64,
 }
 
 impl Session {
@@ -33,6 +35,7 @@ impl Session {
             ),
             blocking: Blocking::default(),
             undecodable: 0,
+            samples: 0,
         }
     }
 
@@ -52,8 +55,10 @@ impl Session {
         }
     }
 
-    /// One on-CPU sample of an exit.
-    pub fn sample_record(&mut self, _bytes: &[u8]) {}
+    /// One on-CPU sample of an exit (folded by stage once sampling is reported; counted now).
+    pub fn sample_record(&mut self, _bytes: &[u8]) {
+        self.samples += 1;
+    }
 
     /// One deferred-work record.
     pub fn deferred_record(&mut self, bytes: &[u8]) {
