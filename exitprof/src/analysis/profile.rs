@@ -134,3 +134,71 @@ impl Profile {
             .chain(self.rows().into_iter().map(|row| (row.stage.name.as_str(), row.latency)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use exitprof_common::{
+        point::{Marker, Point},
+        record::{FLAG_GROUP_DEAD, FLAG_TRUNCATED},
+    };
+
+    use super::*;
+    use crate::{
+        analysis::{records::PointHit, stages::tests::plan},
+        kernel::version::KernelVersion,
+        probes::plan::{How, SiteId},
+    };
+
+    fn profile() -> Profile {
+        Profile::new(&plan(
+            KernelVersion::new(6, 18, 0),
+            &[
+                (SiteId::Marker(Marker::SysEnterExit), How::Tracepoint, "syscalls:sys_enter_exit"),
+                (SiteId::Marker(Marker::SchedProcessExit), How::BtfTracepoint, "sched_process_exit"),
+                (SiteId::Marker(Marker::FinalSwitch), How::BtfTracepoint, "sched_switch"),
+            ],
+        ))
+    }
+
+    fn exit(flags: u32, times: [u64; 3]) -> Exit {
+        let points =
+            [Marker::SysEnterExit, Marker::SchedProcessExit, Marker::FinalSwitch].map(Point::Marker);
+        Exit {
+            flags,
+            hits: points
+                .into_iter()
+                .zip(times)
+                .map(|(point, ts_ns)| PointHit { point, ts_ns, off_cpu_ns: 0, runq_ns: 0 })
+                .collect(),
+            ..Exit::default()
+        }
+    }
+
+    #[test]
+    fn thread_and_process_exits_have_stage_tables_of_their_own() {
+        let mut p = profile();
+        p.add(&exit(0, [0, 100, 1_000]));
+        p.add(&exit(0, [0, 300, 1_000]));
+        p.add(&exit(FLAG_GROUP_DEAD, [0, 5_000, 10_000]));
+        let kinds = p.kinds();
+        let counts: Vec<(ExitKind, u64)> = kinds.iter().map(|(k, e, _)| (*k, e.count())).collect();
+        assert_eq!(counts, [(ExitKind::Thread, 2), (ExitKind::Process, 1)]);
+        let (_, exit, rows) = &kinds[1];
+        assert_eq!(exit.total_ns, 10_000);
+        assert_eq!(rows.iter().map(|r| r.latency.total_ns).sum::<u128>(), 10_000);
+        assert_eq!(p.exit().count(), 3);
+    }
+
+    #[test]
+    fn a_truncated_exit_counts_whole_and_blames_no_stage() {
+        let mut p = profile();
+        p.add(&exit(0, [0, 100, 1_000]));
+        // Its hits between the kept ones are unknown: the span before its end would be blamed
+        // on the wrong stage.
+        p.add(&exit(FLAG_TRUNCATED, [0, 100, 50_000]));
+        assert_eq!((p.exits, p.truncated, p.exit().count()), (2, 1, 2));
+        assert_eq!(p.exit().total_ns, 51_000);
+        let stage_total: u128 = p.rows().iter().map(|r| r.latency.total_ns).sum();
+        assert_eq!(stage_total, 1_000, "only the complete exit's stages");
+    }
+}
