@@ -1,6 +1,6 @@
 //! From the kernel's records to numbers: decoding the records, cutting each exit into stages,
-//! folding them into histograms, joining deferred work to its exits, finding where exits block,
-//! and the statistics of repeated runs.
+//! folding them into histograms, joining deferred work to its exits, finding where exits block
+//! and where they compute, and the statistics of repeated runs.
 //!
 //! Pure: no aya, no tokio, no I/O (`cargo xtask test` fails on any use of aya or tokio here).
 //! It reads the probe plan (`probes::plan`) and the kernel's exit-path table to name stages;
@@ -11,6 +11,7 @@ pub mod blocking;
 pub mod comparison;
 pub mod deferred;
 pub mod histogram;
+pub mod on_cpu;
 pub mod profile;
 pub mod records;
 pub mod session;

@@ -6,7 +6,7 @@ use crate::{
     analysis::{
         histogram::Latency,
         records::{Exit, ExitKind},
-        stages::{Stage, StageNamer},
+        stages::{Span, Stage, StageNamer},
     },
     probes::plan::Plan,
 };
@@ -56,7 +56,9 @@ impl Profile {
         }
     }
 
-    pub fn add(&mut self, exit: &Exit) {
+    /// Folds one exit in; returns the spans it was cut into (their `stage` indexes
+    /// [`Self::stage`]), none for a truncated exit.
+    pub fn add(&mut self, exit: &Exit) -> Vec<Span> {
         self.exits += 1;
         if exit.flags & exitprof_common::record::FLAG_LATE_START != 0 {
             self.late_starts += 1;
@@ -68,13 +70,14 @@ impl Profile {
         }
         if exit.truncated() {
             self.truncated += 1;
-            return;
+            return Vec::new();
         }
         // A stage can occur more than once in one exit (a function split by a nested probe);
         // each exit contributes one value per stage. (Saturating: a damaged record's hits may
         // go back and forth in time.)
         let mut per_stage: HashMap<usize, (u64, u64, u64)> = HashMap::new();
-        for span in self.namer.spans(exit) {
+        let spans = self.namer.spans(exit);
+        for span in &spans {
             let e = per_stage.entry(span.stage).or_default();
             e.0 = e.0.saturating_add(span.ns);
             e.1 = e.1.saturating_add(span.off_cpu_ns);
@@ -88,6 +91,12 @@ impl Profile {
                 h.stages[stage].record_waits(ns, off, runq);
             }
         }
+        spans
+    }
+
+    /// A stage by its index in the spans [`Self::add`] returns, with its latencies.
+    pub fn stage(&self, index: usize) -> Option<(&Stage, &Latency)> {
+        Some((self.namer.stages().get(index)?, self.all.stages.get(index)?))
     }
 
     /// The whole exit.

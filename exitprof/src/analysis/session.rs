@@ -6,6 +6,7 @@ use crate::{
     analysis::{
         blocking::Blocking,
         deferred::DeferredWork,
+        on_cpu::OnCpu,
         profile::Profile,
         records::{Exit, decode_deferred},
     },
@@ -18,6 +19,8 @@ pub struct Session {
     pub deferred: DeferredWork,
     /// Where the exits blocked.
     pub blocking: Blocking,
+    /// Where the exits computed: sampled kernel stacks by stage.
+    pub on_cpu: OnCpu,
     /// Records that could not be decoded.
     pub undecodable: u64,
     /// On-CPU samples received.
@@ -34,6 +37,7 @@ impl Session {
                 plan.reaps_from_wait4(),
             ),
             blocking: Blocking::default(),
+            on_cpu: OnCpu::default(),
             undecodable: 0,
             samples: 0,
         }
@@ -44,7 +48,8 @@ impl Session {
         match Exit::decode(bytes) {
             Ok(exit) => {
                 log::trace!("exit of {}/{}: {:?}", exit.tgid, exit.pid, exit.hits);
-                self.profile.add(&exit);
+                let spans = self.profile.add(&exit);
+                self.on_cpu.exit(&exit, &spans);
                 self.deferred.exit(&exit);
                 self.blocking.exit(&exit);
             }

@@ -1,0 +1,550 @@
+//! Where exits compute: the kernel stacks the sampling clock caught inside followed exits, each
+//! joined to its exit's record, counted under the stage the exit was in, and named from kallsyms.
+//!
+//! A sample arrives before its exit's record (the record is sent at the exit's final
+//! switch-out), so it waits for it, keyed by the exit it names: (thread id, first hit's
+//! timestamp). It says how many hits the record held when it was taken, so the stage is the one
+//! of the span between the last of those hits and the next, exactly as the profile cut it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use crate::{
+    analysis::{profile::Profile, records::Exit, stages::Span},
+    kernel::kallsyms::Kallsyms,
+};
+
+/// A sample waits this long (by the samples' own clock) for its exit's record. An exit that
+/// computes for longer than this is stuck, and its samples are counted as never joined.
+const WAIT_LIMIT_NS: u64 = 30_000_000_000;
+/// Most samples waiting at once; later ones are counted as never joined. At the default rate
+/// on 2 CPUs this is minutes of exits that never end.
+const MAX_WAITING: usize = 200_000;
+/// How often (by the samples' clock) the waiting samples are swept for expired ones.
+const SWEEP_EVERY_NS: u64 = 1_000_000_000;
+
+/// The frame a sampled stack is cut at: the exit itself. Frames outside it (the syscall or
+/// signal delivery that called it) are the same for every exit and say nothing.
+const EXIT_FRAME: &str = "do_exit";
+/// Frames of the sampling itself (the timer interrupt, perf and the eBPF program) that can sit
+/// innermost, above the code that was interrupted; `?` is code kallsyms does not name.
+const SAMPLING_FRAMES: &[&str] = &[
+    "?",
+    "bpf_",
+    "__bpf_",
+    "perf_",
+    "__perf_",
+    "___perf_",
+    "__hrtimer_run_queues",
+    "hrtimer_interrupt",
+    "__sysvec_apic_timer_interrupt",
+];
+/// A hot path goes on into a callee while that callee holds at least this share of the stage's
+/// samples: the chain it names is where most of the stage's CPU time goes.
+const HOT_PATH_SHARE: f64 = 0.5;
+
+/// One sample of a followed exit, decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuSample {
+    /// Thread id of the exiting task.
+    pub pid: u32,
+    /// Hits the exit's record held when the sample was taken.
+    pub n_hits: u32,
+    /// The exit's first hit: with `pid`, names the exit.
+    pub exit_start_ns: u64,
+    pub ts_ns: u64,
+    /// Kernel return addresses, innermost first.
+    pub stack: Vec<u64>,
+}
+
+/// What became of the samples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SampleCounts {
+    /// Counted under a stage of their exit.
+    pub joined: u64,
+    /// Their exit's record never came (the exit was lost, or did not end while exitprof
+    /// watched), or they waited too long for it.
+    pub unjoined: u64,
+    /// Their exit came, but lost the hits that would place them (more hits than a record
+    /// holds).
+    pub unplaced: u64,
+}
+
+/// A sample waiting for its exit.
+#[derive(Clone, Copy)]
+struct Waiting {
+    n_hits: u32,
+    ts_ns: u64,
+    stack: u32,
+}
+
+/// Samples folded by stage and stack, and those still waiting for their exit.
+#[derive(Default)]
+pub struct OnCpu {
+    waiting: HashMap<(u32, u64), Vec<Waiting>>,
+    n_waiting: usize,
+    newest_ns: u64,
+    swept_ns: u64,
+    /// Each distinct raw stack once; samples refer to it by index.
+    stacks: Vec<Vec<u64>>,
+    stack_ids: HashMap<Vec<u64>, u32>,
+    /// Samples by (stage index, stack index).
+    counts: HashMap<(usize, u32), u64>,
+    pub sampled: SampleCounts,
+}
+
+impl OnCpu {
+    /// One sample: it waits for its exit.
+    pub fn sample(&mut self, sample: &CpuSample) {
+        self.newest_ns = self.newest_ns.max(sample.ts_ns);
+        if self.newest_ns.saturating_sub(self.swept_ns) >= SWEEP_EVERY_NS {
+            self.expire();
+        }
+        if self.n_waiting >= MAX_WAITING {
+            self.sampled.unjoined += 1;
+            return;
+        }
+        let stack = self.intern(&sample.stack);
+        self.waiting.entry((sample.pid, sample.exit_start_ns)).or_default().push(Waiting {
+            n_hits: sample.n_hits,
+            ts_ns: sample.ts_ns,
+            stack,
+        });
+        self.n_waiting += 1;
+    }
+
+    /// An exit of the target, with the spans the profile cut it into: its samples join it.
+    pub fn exit(&mut self, exit: &Exit, spans: &[Span]) {
+        for w in self.take(exit) {
+            let span = (w.n_hits as usize).checked_sub(1).and_then(|i| spans.get(i));
+            match span {
+                Some(span) => {
+                    *self.counts.entry((span.stage, w.stack)).or_default() += 1;
+                    self.sampled.joined += 1;
+                }
+                None => self.sampled.unplaced += 1,
+            }
+        }
+    }
+
+    /// The run is over: samples still waiting will never join their exit.
+    pub fn finish(&mut self) {
+        self.sampled.unjoined += self.n_waiting as u64;
+        self.waiting.clear();
+        self.n_waiting = 0;
+    }
+
+    fn take(&mut self, exit: &Exit) -> Vec<Waiting> {
+        let Some(start) = exit.hits.first() else { return Vec::new() };
+        let taken = self.waiting.remove(&(exit.pid, start.ts_ns)).unwrap_or_default();
+        self.n_waiting -= taken.len();
+        taken
+    }
+
+    /// Counts as never joined the samples of exits whose newest sample is older than the wait
+    /// limit.
+    fn expire(&mut self) {
+        let limit = self.newest_ns.saturating_sub(WAIT_LIMIT_NS);
+        let mut expired = 0;
+        self.waiting.retain(|_, samples| {
+            let keep = samples.iter().any(|w| w.ts_ns >= limit);
+            if !keep {
+                expired += samples.len();
+            }
+            keep
+        });
+        self.n_waiting -= expired;
+        self.sampled.unjoined += expired as u64;
+        self.swept_ns = self.newest_ns;
+    }
+
+    fn intern(&mut self, stack: &[u64]) -> u32 {
+        if let Some(&id) = self.stack_ids.get(stack) {
+            return id;
+        }
+        let id = u32::try_from(self.stacks.len()).expect("fewer than 2^32 distinct stacks");
+        self.stacks.push(stack.to_vec());
+        self.stack_ids.insert(stack.to_vec(), id);
+        id
+    }
+
+    /// The samples by stage, stacks named and trimmed, most sampled stage first; each stack's
+    /// estimated time is its share of the stage's samples times the stage's on-CPU time in
+    /// `profile`.
+    pub fn report(&self, profile: &Profile, symbols: &Kallsyms) -> OnCpuReport {
+        let mut by_stage: BTreeMap<usize, HashMap<Vec<String>, u64>> = BTreeMap::new();
+        for (&(stage, stack), &n) in &self.counts {
+            let named = trimmed_frames(&self.stacks[stack as usize], symbols);
+            *by_stage.entry(stage).or_default().entry(named).or_default() += n;
+        }
+        let mut stages: Vec<StageOnCpu> = by_stage
+            .into_iter()
+            .filter_map(|(index, stacks)| {
+                let (stage, latency) = profile.stage(index)?;
+                let on_cpu_ns = latency.total_ns.saturating_sub(latency.off_cpu_ns);
+                Some(StageOnCpu::new(stage.name.clone(), on_cpu_ns, stacks))
+            })
+            .collect();
+        stages.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.stage.cmp(&b.stage)));
+        OnCpuReport { sampled: self.sampled, stages }
+    }
+}
+
+/// A raw stack's function names, innermost first: the sampling's own frames left out at the
+/// innermost end, and everything outside the exit (above `do_exit`) cut off.
+pub fn trimmed_frames(stack: &[u64], symbols: &Kallsyms) -> Vec<String> {
+    let names = stack.iter().map(|&a| symbols.name_of(a).unwrap_or("?"));
+    let mut frames: Vec<String> = names
+        .skip_while(|f| SAMPLING_FRAMES.iter().any(|s| f.starts_with(s)))
+        .map(str::to_owned)
+        .collect();
+    if let Some(exit) = frames.iter().position(|f| f == EXIT_FRAME) {
+        frames.truncate(exit + 1);
+    }
+    frames
+}
+
+/// The samples of a run (or of one side of a comparison), by stage.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct OnCpuReport {
+    pub sampled: SampleCounts,
+    /// Stages with samples, most sampled first.
+    pub stages: Vec<StageOnCpu>,
+}
+
+/// The samples of one stage.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StageOnCpu {
+    pub stage: String,
+    pub samples: u64,
+    /// The stage's on-CPU time over all exits, which its samples share out between stacks.
+    pub on_cpu_ns: u128,
+    /// The chain most of its samples go through, if any callee of `do_exit` holds most of them.
+    pub mostly_in: Option<HotPath>,
+    /// Every stack sampled in it, most samples first.
+    pub stacks: Vec<OnCpuIn>,
+}
+
+/// A stack the sampling clock caught an exit in.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OnCpuIn {
+    /// Innermost frame first, down to `do_exit`.
+    pub stack: Vec<String>,
+    pub samples: u64,
+    /// Of the stage's samples.
+    pub share: f64,
+    /// The stage's on-CPU time times `share`.
+    pub est_ns: f64,
+}
+
+/// The deepest chain of calls from `do_exit` that most of a stage's samples go through.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HotPath {
+    /// Innermost first, `do_exit` left out.
+    pub frames: Vec<String>,
+    /// Of the stage's samples, those in its innermost frame (or deeper).
+    pub share: f64,
+}
+
+impl StageOnCpu {
+    fn new(stage: String, on_cpu_ns: u128, stacks: HashMap<Vec<String>, u64>) -> Self {
+        let samples: u64 = stacks.values().sum();
+        let mut rows: Vec<OnCpuIn> = stacks
+            .into_iter()
+            .map(|(stack, n)| {
+                let share = n as f64 / samples as f64;
+                OnCpuIn { stack, samples: n, share, est_ns: share * on_cpu_ns as f64 }
+            })
+            .collect();
+        rows.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.stack.cmp(&b.stack)));
+        let mostly_in = hot_path(&rows, samples);
+        Self { stage, samples, on_cpu_ns, mostly_in, stacks: rows }
+    }
+}
+
+/// From the outermost frame in, the callee that holds the most samples, as long as it holds at
+/// least [`HOT_PATH_SHARE`] of them all.
+fn hot_path(rows: &[OnCpuIn], samples: u64) -> Option<HotPath> {
+    let mut path: Vec<&str> = Vec::new();
+    let mut held = samples;
+    loop {
+        // Samples of each next frame among the stacks that go through `path`.
+        let mut next: HashMap<&str, u64> = HashMap::new();
+        for row in rows {
+            let mut outward = row.stack.iter().rev().map(String::as_str);
+            if outward.by_ref().take(path.len()).eq(path.iter().copied())
+                && let Some(frame) = outward.next()
+            {
+                *next.entry(frame).or_default() += row.samples;
+            }
+        }
+        let best = next.into_iter().max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)));
+        match best {
+            Some((frame, n)) if n as f64 >= HOT_PATH_SHARE * samples as f64 => {
+                path.push(frame);
+                held = n;
+            }
+            _ => break,
+        }
+    }
+    let frames: Vec<String> =
+        path.iter().rev().filter(|&&f| f != EXIT_FRAME).map(|&f| f.to_owned()).collect();
+    (!frames.is_empty()).then(|| HotPath { frames, share: held as f64 / samples as f64 })
+}
+
+/// `unmap_vmas ← exit_mmap ← __mmput ← exit_mm`: frames, innermost first, called from where.
+pub fn describe_chain(frames: &[String], shown: usize) -> String {
+    if frames.is_empty() {
+        return "(stack unknown)".to_owned();
+    }
+    frames.iter().take(shown).map(String::as_str).collect::<Vec<_>>().join(" ← ")
+}
+
+#[cfg(test)]
+mod tests {
+    use exitprof_common::point::{ExitFn, Marker, Point};
+
+    use super::*;
+    use crate::{
+        analysis::{records::PointHit, stages::tests::plan},
+        kernel::version::KernelVersion,
+        probes::plan::{How, SiteId},
+    };
+
+    /// kallsyms as this host lists the functions of an mm teardown, with made-up addresses
+    /// 0x100 apart.
+    const KALLSYMS: &str = "\
+ffffffff81000000 T asm_sysvec_apic_timer_interrupt
+ffffffff81000100 T __sysvec_apic_timer_interrupt
+ffffffff81000200 t hrtimer_interrupt
+ffffffff81000300 t perf_swevent_hrtimer
+ffffffff81000400 T zap_pte_range
+ffffffff81000500 T unmap_page_range
+ffffffff81000600 T unmap_vmas
+ffffffff81000700 T free_pgtables
+ffffffff81000800 T exit_mmap
+ffffffff81000900 T __mmput
+ffffffff81000a00 T do_exit
+ffffffff81000b00 T do_group_exit
+ffffffff81000c00 T __x64_sys_exit_group
+ffffffff81000d00 T do_syscall_64
+ffffffff81000e00 T put_files_struct
+ffffffff81000f00 T filp_close
+";
+
+    fn symbols() -> Kallsyms {
+        Kallsyms::parse(KALLSYMS.as_bytes()).unwrap()
+    }
+
+    /// The address 0x10 into a function of [`KALLSYMS`].
+    fn at(name: &str) -> u64 {
+        symbols().address(name).unwrap() + 0x10
+    }
+
+    fn stack(names: &[&str]) -> Vec<u64> {
+        names.iter().map(|n| at(n)).collect()
+    }
+
+    const OUTSIDE: [&str; 3] = ["do_group_exit", "__x64_sys_exit_group", "do_syscall_64"];
+
+    /// A stack under `do_exit` as sampled, with the syscall entry above it.
+    fn exit_stack(inner: &[&str]) -> Vec<u64> {
+        let mut names = inner.to_vec();
+        names.push("do_exit");
+        names.extend(OUTSIDE);
+        stack(&names)
+    }
+
+    /// A profile of the tracepoint plan of 6.18: sys_enter_exit, sched_process_exit,
+    /// x86_fpu_dropped, final switch.
+    fn profile() -> Profile {
+        let plan = plan(
+            KernelVersion::new(6, 18, 0),
+            &[
+                (SiteId::Marker(Marker::SysEnterExit), How::Tracepoint, "syscalls:sys_enter_exit"),
+                (SiteId::Marker(Marker::SchedProcessExit), How::BtfTracepoint, "x"),
+                (SiteId::Marker(Marker::X86FpuDropped), How::BtfTracepoint, "x"),
+                (SiteId::Marker(Marker::FinalSwitch), How::BtfTracepoint, "sched_switch"),
+            ],
+        );
+        Profile::new(&plan)
+    }
+
+    /// An exit of `pid` starting at `start`: 1 µs to sched_process_exit, 100 µs (10 µs of them
+    /// off-CPU) to x86_fpu_dropped, 2 µs to the end.
+    fn exit(pid: u32, start: u64) -> Exit {
+        let hit = |point, at: u64, off_cpu_ns| PointHit {
+            point,
+            ts_ns: start + at,
+            off_cpu_ns,
+            runq_ns: 0,
+        };
+        Exit {
+            pid,
+            tgid: pid,
+            hits: vec![
+                hit(Point::Marker(Marker::SysEnterExit), 0, 0),
+                hit(Point::Marker(Marker::SchedProcessExit), 1_000, 0),
+                hit(Point::Marker(Marker::X86FpuDropped), 101_000, 10_000),
+                hit(Point::Marker(Marker::FinalSwitch), 103_000, 10_000),
+            ],
+            ..Exit::default()
+        }
+    }
+
+    fn sample(pid: u32, start: u64, n_hits: u32, ts: u64, stack: Vec<u64>) -> CpuSample {
+        CpuSample { pid, n_hits, exit_start_ns: start, ts_ns: start + ts, stack }
+    }
+
+    /// Folds the exit into the profile and its samples into `on_cpu`, as the session does.
+    fn fold(profile: &mut Profile, on_cpu: &mut OnCpu, exit: &Exit) {
+        let spans = profile.add(exit);
+        on_cpu.exit(exit, &spans);
+    }
+
+    #[test]
+    fn samples_join_their_exit_under_the_stage_they_were_taken_in() {
+        let (mut profile, mut on_cpu) = (profile(), OnCpu::default());
+        let zap = exit_stack(&["zap_pte_range", "unmap_page_range", "unmap_vmas", "exit_mmap"]);
+        let pgt = exit_stack(&["free_pgtables", "exit_mmap"]);
+        // Two exits; the second's samples arrive before the first's record.
+        for _ in 0..3 {
+            on_cpu.sample(&sample(7, 1_000, 2, 50_000, zap.clone()));
+        }
+        on_cpu.sample(&sample(7, 1_000, 2, 60_000, pgt.clone()));
+        on_cpu.sample(&sample(8, 5_000, 2, 10_000, zap.clone()));
+        // In the first stage of exit 8, and in the last one of exit 7.
+        on_cpu.sample(&sample(8, 5_000, 1, 500, stack(&["put_files_struct", "do_exit"])));
+        on_cpu.sample(&sample(7, 1_000, 3, 102_000, stack(&["do_exit"])));
+        // A sample of an exit whose record never comes.
+        on_cpu.sample(&sample(9, 1_000, 2, 1, zap.clone()));
+        fold(&mut profile, &mut on_cpu, &exit(7, 1_000));
+        fold(&mut profile, &mut on_cpu, &exit(8, 5_000));
+        // The same pid's next exit has samples of its own: none of the first's.
+        fold(&mut profile, &mut on_cpu, &exit(7, 900_000));
+        on_cpu.finish();
+        assert_eq!(
+            on_cpu.sampled,
+            SampleCounts { joined: 7, unjoined: 1, unplaced: 0 }
+        );
+
+        let report = on_cpu.report(&profile, &symbols());
+        let stages: Vec<(&str, u64)> =
+            report.stages.iter().map(|s| (s.stage.as_str(), s.samples)).collect();
+        assert_eq!(
+            stages,
+            [
+                ("perf_event_exit_task…exit_thread", 5),
+                ("do_exit…taskstats_exit", 1),
+                ("sched_autogroup_exit_task…__schedule", 1)
+            ]
+        );
+        let mm = &report.stages[0];
+        // Three exits of 100 µs with 10 µs off-CPU: 270 µs on-CPU.
+        assert_eq!(mm.on_cpu_ns, 270_000);
+        let top = &mm.stacks[0];
+        assert_eq!(
+            top.stack,
+            ["zap_pte_range", "unmap_page_range", "unmap_vmas", "exit_mmap", "do_exit"]
+        );
+        assert_eq!(top.samples, 4);
+        assert!((top.share - 0.8).abs() < 1e-12 && (top.est_ns - 216_000.0).abs() < 1e-6);
+        assert_eq!(mm.stacks[1].stack, ["free_pgtables", "exit_mmap", "do_exit"]);
+        let hot = mm.mostly_in.as_ref().unwrap();
+        assert_eq!(
+            describe_chain(&hot.frames, 9),
+            "zap_pte_range ← unmap_page_range ← unmap_vmas ← exit_mmap"
+        );
+        assert!((hot.share - 0.8).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_hot_path_stops_where_no_callee_holds_most_samples() {
+        let (mut profile, mut on_cpu) = (profile(), OnCpu::default());
+        let zap = exit_stack(&["zap_pte_range", "unmap_vmas", "exit_mmap"]);
+        let pgt = exit_stack(&["free_pgtables", "exit_mmap"]);
+        let files = exit_stack(&["filp_close", "put_files_struct"]);
+        for (stack, n) in [(&zap, 4), (&pgt, 3), (&files, 3)] {
+            for _ in 0..n {
+                on_cpu.sample(&sample(7, 1_000, 2, 50_000, stack.clone()));
+            }
+        }
+        fold(&mut profile, &mut on_cpu, &exit(7, 1_000));
+        let report = on_cpu.report(&profile, &symbols());
+        let hot = report.stages[0].mostly_in.as_ref().unwrap();
+        assert_eq!(hot.frames, ["exit_mmap"]);
+        assert!((hot.share - 0.7).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_sampling_frames_and_the_syscall_entry_are_trimmed() {
+        let raw = stack(&[
+            "perf_swevent_hrtimer",
+            "hrtimer_interrupt",
+            "__sysvec_apic_timer_interrupt",
+            "zap_pte_range",
+            "do_exit",
+            "do_group_exit",
+        ]);
+        assert_eq!(trimmed_frames(&raw, &symbols()), ["zap_pte_range", "do_exit"]);
+        // Unknown code innermost is the sampling's; outermost it stays, and so does a stack that
+        // never reached do_exit (deeper than the frames kept).
+        let raw = [0x10, at("unmap_vmas"), 0x20];
+        assert_eq!(trimmed_frames(&raw, &symbols()), ["unmap_vmas", "?"]);
+    }
+
+    #[test]
+    fn samples_that_cannot_join_are_counted() {
+        let (mut profile, mut on_cpu) = (profile(), OnCpu::default());
+        let s = stack(&["do_exit"]);
+        // Expired: a sample older than the wait limit by the samples' clock, when the next one
+        // comes; its exit's record comes too late.
+        on_cpu.sample(&sample(4, 1_000, 1, 10, s.clone()));
+        let late = WAIT_LIMIT_NS + 10_000;
+        on_cpu.sample(&sample(5, late, 1, 10, s.clone()));
+        // More hits than the record holds, and none at all.
+        on_cpu.sample(&sample(7, late, 9, 10, s.clone()));
+        on_cpu.sample(&sample(7, late, 0, 10, s.clone()));
+        fold(&mut profile, &mut on_cpu, &exit(7, late));
+        fold(&mut profile, &mut on_cpu, &exit(4, 1_000));
+        assert_eq!(
+            on_cpu.sampled,
+            SampleCounts { joined: 0, unjoined: 1, unplaced: 2 }
+        );
+        on_cpu.finish();
+        assert_eq!(on_cpu.sampled.unjoined, 2);
+        assert!(on_cpu.report(&profile, &symbols()).stages.is_empty());
+    }
+
+    #[test]
+    fn functions_probed_in_kprobe_mode_are_stages_of_their_own() {
+        let plan = plan(
+            KernelVersion::new(6, 12, 0),
+            &[
+                (SiteId::Marker(Marker::DoExit), How::Kprobe, "do_exit"),
+                (SiteId::Function(ExitFn::ExitFiles), How::Kprobe, "exit_files"),
+                (SiteId::Marker(Marker::FinalSwitch), How::BtfTracepoint, "sched_switch"),
+            ],
+        );
+        let (mut profile, mut on_cpu) = (Profile::new(&plan), OnCpu::default());
+        let hit = |point, ts_ns| PointHit { point, ts_ns, off_cpu_ns: 0, runq_ns: 0 };
+        let e = Exit {
+            pid: 7,
+            tgid: 7,
+            hits: vec![
+                hit(Point::Marker(Marker::DoExit), 100),
+                hit(Point::Enter(ExitFn::ExitFiles), 200),
+                hit(Point::Return(ExitFn::ExitFiles), 5_200),
+                hit(Point::Marker(Marker::FinalSwitch), 5_300),
+            ],
+            ..Exit::default()
+        };
+        let files = exit_stack(&["filp_close", "put_files_struct"]);
+        on_cpu.sample(&sample(7, 100, 2, 3_000, files));
+        fold(&mut profile, &mut on_cpu, &e);
+        let report = on_cpu.report(&profile, &symbols());
+        assert_eq!(report.stages[0].stage, "exit_files");
+        assert_eq!(report.stages[0].stacks[0].est_ns, 5_000.0);
+    }
+}
