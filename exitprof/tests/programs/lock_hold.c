@@ -1,0 +1,96 @@
+// A thread whose exit blocks on a lock another thread holds for a known time. A thread's exit
+// takes its process's mmap_lock for reading (exit_mm); a second thread holds it for writing
+// with one long mprotect, which walks every page table entry of a populated region under the
+// lock. The exiting thread starts its exit once the holder is inside mprotect, so it blocks
+// for the rest of the hold.
+//
+// Writes to OUT: the hold's length and the part of it left when the thread began exiting (ns,
+// CLOCK_MONOTONIC, as the kernel's timestamps).
+//
+// usage: lock_hold MIB OUT
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static char *region;
+static size_t bytes;
+static atomic_long hold_start, exit_start;
+static atomic_int ready;
+
+static long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+static void pin(int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    sched_setaffinity(0, sizeof(set), &set);
+}
+
+static void *exiter(void *arg) {
+    (void)arg;
+    pin(1);
+    atomic_store(&ready, 1);
+    while (atomic_load(&hold_start) == 0)
+        ;
+    // Let the holder get from its timestamp into mprotect and take the lock.
+    long until = atomic_load(&hold_start) + 2000000;
+    while (now_ns() < until)
+        ;
+    atomic_store(&exit_start, now_ns());
+    // The thread's own exit (exit, not exit_group): the process lives on.
+    syscall(SYS_exit, 0);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s MIB OUT\n", argv[0]);
+        return 2;
+    }
+    bytes = strtoul(argv[1], NULL, 10) << 20;
+    region = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (region == MAP_FAILED) {
+        perror("mmap");
+        return 1;
+    }
+    // 4 KiB pages: mprotect then walks an entry per page.
+    madvise(region, bytes, MADV_NOHUGEPAGE);
+    memset(region, 1, bytes);
+    pthread_t t;
+    if (pthread_create(&t, NULL, exiter, NULL) != 0) {
+        fprintf(stderr, "pthread_create failed\n");
+        return 1;
+    }
+    // Holder and exiter on CPUs of their own: the exiter must run while the holder computes.
+    pin(0);
+    while (atomic_load(&ready) == 0)
+        ;
+    atomic_store(&hold_start, now_ns());
+    if (mprotect(region, bytes, PROT_READ) != 0) {
+        perror("mprotect");
+        return 1;
+    }
+    long hold_end = now_ns();
+    pthread_join(t, NULL);
+    FILE *out = fopen(argv[2], "w");
+    if (!out) {
+        perror(argv[2]);
+        return 1;
+    }
+    fprintf(out, "hold_ns=%ld\nremaining_ns=%ld\n", hold_end - atomic_load(&hold_start),
+            hold_end - atomic_load(&exit_start));
+    fclose(out);
+    return 0;
+}
