@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::analysis::{
+    on_cpu::OnCpuReport,
     profile::Profile,
     stats::{Spread, overhead_pct},
 };
@@ -59,6 +60,17 @@ pub struct StageDeltas {
     pub stages_delta_sum_ns_per_exit: f64,
     /// Largest |delta| first.
     pub stages: Vec<StageDelta>,
+}
+
+/// How the on-CPU time of one sampled stack differs between the sides, per exit.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OnCpuDelta {
+    pub stage: String,
+    /// Innermost frame first.
+    pub stack: Vec<String>,
+    pub yes_ns_per_exit: f64,
+    pub no_ns_per_exit: f64,
+    pub delta_ns_per_exit: f64,
 }
 
 /// One measured quantity of a run.
@@ -135,6 +147,42 @@ pub fn stage_deltas(yes: &Profile, no: &Profile) -> StageDeltas {
         stages_delta_sum_ns_per_exit: sum,
         stages,
     }
+}
+
+/// Per exit, the estimated on-CPU time of each stack sampled in a stage that has samples on both
+/// sides; largest |delta| first.
+pub fn on_cpu_deltas(
+    yes: &OnCpuReport,
+    yes_exits: u64,
+    no: &OnCpuReport,
+    no_exits: u64,
+) -> Vec<OnCpuDelta> {
+    let per_exit = |ns: f64, exits: u64| if exits == 0 { 0.0 } else { ns / exits as f64 };
+    let mut deltas = Vec::new();
+    for y in &yes.stages {
+        let Some(n) = no.stages.iter().find(|n| n.stage == y.stage) else { continue };
+        let mut by_stack: HashMap<&[String], (f64, f64)> = HashMap::new();
+        for s in &y.stacks {
+            by_stack.entry(&s.stack).or_default().0 += per_exit(s.est_ns, yes_exits);
+        }
+        for s in &n.stacks {
+            by_stack.entry(&s.stack).or_default().1 += per_exit(s.est_ns, no_exits);
+        }
+        deltas.extend(by_stack.into_iter().map(|(stack, (y_ns, n_ns))| OnCpuDelta {
+            stage: y.stage.clone(),
+            stack: stack.to_vec(),
+            yes_ns_per_exit: y_ns,
+            no_ns_per_exit: n_ns,
+            delta_ns_per_exit: y_ns - n_ns,
+        }));
+    }
+    deltas.sort_by(|a, b| {
+        b.delta_ns_per_exit
+            .abs()
+            .total_cmp(&a.delta_ns_per_exit.abs())
+            .then_with(|| a.stack.cmp(&b.stack))
+    });
+    deltas
 }
 
 #[cfg(test)]
@@ -227,6 +275,39 @@ mod tests {
         assert!(
             v.contains("sys time changes by +100.0% and its elapsed time by +0.0% (within"),
             "{v}"
+        );
+    }
+
+    #[test]
+    fn on_cpu_deltas_compare_stacks_of_stages_sampled_on_both_sides() {
+        use crate::analysis::on_cpu::{OnCpuIn, StageOnCpu};
+        let stage = |name: &str, stacks: &[(&str, f64)]| StageOnCpu {
+            stage: name.to_owned(),
+            samples: 10,
+            on_cpu_ns: 0,
+            mostly_in: None,
+            stacks: stacks
+                .iter()
+                .map(|&(f, est_ns)| OnCpuIn {
+                    stack: vec![f.to_owned()],
+                    samples: 1,
+                    share: 0.0,
+                    est_ns,
+                })
+                .collect(),
+        };
+        let report = |stages| OnCpuReport { sampled: Default::default(), stages };
+        let yes = report(vec![
+            stage("exit_files", &[("filp_close", 8_000.0), ("fput", 1_000.0)]),
+            stage("only_on", &[("x", 5_000.0)]),
+        ]);
+        let no = report(vec![stage("exit_files", &[("filp_close", 2_000.0), ("dput", 500.0)])]);
+        let d = on_cpu_deltas(&yes, 2, &no, 1);
+        let rows: Vec<(&str, f64, f64)> =
+            d.iter().map(|d| (d.stack[0].as_str(), d.yes_ns_per_exit, d.no_ns_per_exit)).collect();
+        assert_eq!(
+            rows,
+            [("filp_close", 4_000.0, 2_000.0), ("dput", 0.0, 500.0), ("fput", 500.0, 0.0)]
         );
     }
 }

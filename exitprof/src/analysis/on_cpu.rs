@@ -424,10 +424,7 @@ ffffffff81000f00 T filp_close
         // The same pid's next exit has samples of its own: none of the first's.
         fold(&mut profile, &mut on_cpu, &exit(7, 900_000));
         on_cpu.finish();
-        assert_eq!(
-            on_cpu.sampled,
-            SampleCounts { joined: 7, unjoined: 1, unplaced: 0 }
-        );
+        assert_eq!(on_cpu.sampled, SampleCounts { joined: 7, unjoined: 1, unplaced: 0 });
 
         let report = on_cpu.report(&profile, &symbols());
         let stages: Vec<(&str, u64)> =
@@ -508,10 +505,7 @@ ffffffff81000f00 T filp_close
         on_cpu.sample(&sample(7, late, 0, 10, s.clone()));
         fold(&mut profile, &mut on_cpu, &exit(7, late));
         fold(&mut profile, &mut on_cpu, &exit(4, 1_000));
-        assert_eq!(
-            on_cpu.sampled,
-            SampleCounts { joined: 0, unjoined: 1, unplaced: 2 }
-        );
+        assert_eq!(on_cpu.sampled, SampleCounts { joined: 0, unjoined: 1, unplaced: 2 });
         on_cpu.finish();
         assert_eq!(on_cpu.sampled.unjoined, 2);
         assert!(on_cpu.report(&profile, &symbols()).stages.is_empty());

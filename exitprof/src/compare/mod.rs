@@ -10,7 +10,9 @@ use std::time::SystemTime;
 use anyhow::{Context as _, bail};
 
 use crate::{
-    analysis::{blocking::BlockedIn, comparison::RunMeasure, session::Session},
+    analysis::{
+        blocking::BlockedIn, comparison::RunMeasure, on_cpu::OnCpuReport, session::Session,
+    },
     conditions::{Condition, ConditionOptions, Side},
     export::ExportSet,
     kernel::KernelFacts,
@@ -47,6 +49,8 @@ pub struct CompareRequest {
 pub struct SideRuns {
     pub side: Side,
     pub session: Session,
+    /// Where this side's exits computed, once its runs are over.
+    pub on_cpu: OnCpuReport,
     pub measures: Vec<RunMeasure>,
     /// Kernel-side losses during this side's runs.
     pub kernel_losses: KernelLosses,
@@ -148,6 +152,10 @@ impl Comparer {
                 }
             }
         }
+        for side in [&mut on, &mut off] {
+            side.session.on_cpu.finish();
+            side.on_cpu = side.session.on_cpu.report(&side.session.profile, &self.facts.kallsyms);
+        }
         Ok(Comparison { on, off })
     }
 
@@ -155,6 +163,7 @@ impl Comparer {
         SideRuns {
             side,
             session: Session::new(&self.plan),
+            on_cpu: OnCpuReport::default(),
             measures: Vec::new(),
             kernel_losses: KernelLosses::default(),
             probe_misses: 0,

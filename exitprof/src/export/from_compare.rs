@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use super::{ExportSet, RunStats, Series, Variant, from_run::workload_label};
+use super::{
+    ExportSet, RunStats, Series, Variant,
+    from_run::{on_cpu_stacks, workload_label},
+};
 use crate::{
     analysis::stats::Spread,
     compare::{Comparer, Comparison, SideRuns, side_name},
@@ -22,12 +25,14 @@ impl ExportSet {
     ) -> Self {
         let mut runs = Vec::new();
         let mut series = Vec::new();
+        let mut stacks = Vec::new();
         for (row, comparison) in comparisons {
             for side in [&comparison.on, &comparison.off] {
                 let variant =
                     Variant { condition: Some(side_name(side.side).to_owned()), row: row.clone() };
                 runs.push(stats(side, variant.clone(), expected_per_run(target)));
                 if side.profiled {
+                    stacks.extend(on_cpu_stacks(&side.on_cpu, &variant));
                     series.extend(side.session.profile.latencies().map(|(stage, latency)| {
                         Series {
                             stage: stage.to_owned(),
@@ -50,6 +55,7 @@ impl ExportSet {
             runs,
             series,
             document: document.to_owned(),
+            stacks,
         }
     }
 }

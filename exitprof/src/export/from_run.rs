@@ -2,8 +2,9 @@
 
 use serde_json::Value;
 
-use super::{ExportSet, RunStats, Series, Variant, WorkloadLabel};
+use super::{ExportSet, RunStats, Series, StackKind, Variant, WeightedStack, WorkloadLabel};
 use crate::{
+    analysis::on_cpu::OnCpuReport,
     report::run_document::{RunDocument, WorkloadDoc},
     run::RunOutcome,
 };
@@ -45,8 +46,26 @@ impl ExportSet {
             runs: vec![stats],
             series,
             document,
+            stacks: on_cpu_stacks(&run.on_cpu, &variant),
         }
     }
+}
+
+/// The sampled stacks of a run (or a side), each weighed by the on-CPU time it stands for.
+pub(super) fn on_cpu_stacks(report: &OnCpuReport, variant: &Variant) -> Vec<WeightedStack> {
+    report
+        .stages
+        .iter()
+        .flat_map(|stage| {
+            stage.stacks.iter().map(|s| WeightedStack {
+                variant: variant.clone(),
+                kind: StackKind::OnCpu,
+                stage: stage.stage.clone(),
+                frames: s.stack.clone(),
+                us: (s.est_ns / 1e3).round() as u64,
+            })
+        })
+        .collect()
 }
 
 /// The workload as the document names it: its kind, and every parameter it has, whatever the
@@ -162,6 +181,7 @@ pub(crate) mod tests {
             blocked_in: Vec::new(),
             blocked_exits: 0,
             blocked_exits_walked: 0,
+            on_cpu: OnCpuReport::default(),
             losses: Losses::default(),
             kernel_cost: None,
             interrupted: None,

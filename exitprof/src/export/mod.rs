@@ -1,9 +1,11 @@
 //! Exports: histograms written to files for other tools to compare, plot and monitor —
-//! HdrHistogram interval log (`.hlog`), JSON, CSV, an SVG figure and Prometheus text (`.prom`).
+//! HdrHistogram interval log (`.hlog`), JSON, CSV, an SVG figure and Prometheus text (`.prom`);
+//! and kernel stacks for flame graphs: folded stacks (`.folded`) and a flame graph
+//! (`.flame.svg`).
 //!
 //! Every format is built from one [`ExportSet`]: what ran, one [`RunStats`] per [`Variant`] (a
 //! condition of an A/B compare, a row of a sweep; a plain run has one plain variant), and the
-//! [`Series`]: one histogram per stage per variant. Files are written atomically, so no reader
+//! [`Series`]: one histogram per stage per variant, and the [`WeightedStack`]s. Files are written atomically, so no reader
 //! ever sees half an export, and a failed write leaves nothing behind.
 //!
 //! The set is built from what a run or comparison produced and the documents `report` made of
@@ -11,6 +13,7 @@
 
 mod atomic_file;
 mod csv;
+mod folded;
 mod from_compare;
 mod from_run;
 mod hlog;
@@ -45,12 +48,18 @@ pub enum Format {
     Svg,
     /// Prometheus text exposition format: a histogram per stage, and counters.
     Prom,
+    /// Folded kernel stacks (`root;stage;frame;... µs`) where exits computed and blocked, for
+    /// flamegraph.pl and inferno.
+    Folded,
+    /// A flame graph of the folded stacks.
+    FlameSvg,
 }
 
 impl Format {
-    pub const ALL: [Self; 5] = [Self::Hlog, Self::Json, Self::Csv, Self::Svg, Self::Prom];
+    pub const ALL: [Self; 7] =
+        [Self::Hlog, Self::Json, Self::Csv, Self::Svg, Self::Prom, Self::Folded, Self::FlameSvg];
 
-    /// The file extension that selects this format.
+    /// The ending of a file name that selects this format (after a dot).
     pub fn extension(self) -> &'static str {
         match self {
             Self::Hlog => "hlog",
@@ -58,13 +67,19 @@ impl Format {
             Self::Csv => "csv",
             Self::Svg => "svg",
             Self::Prom => "prom",
+            Self::Folded => "folded",
+            Self::FlameSvg => "flame.svg",
         }
     }
 
-    /// The format a path's extension names, if it names one.
+    /// The format a file name's ending names, if it names one: the longest ending that matches
+    /// wins, so `run.flame.svg` is a flame graph and `run.svg` the percentile figure.
     pub fn of_path(path: &Path) -> Option<Self> {
-        let ext = path.extension()?.to_str()?;
-        Self::ALL.into_iter().find(|f| f.extension().eq_ignore_ascii_case(ext))
+        let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+        Self::ALL
+            .into_iter()
+            .filter(|f| name.strip_suffix(f.extension()).is_some_and(|stem| stem.ends_with('.')))
+            .max_by_key(|f| f.extension().len())
     }
 
     fn encode(self, set: &ExportSet) -> Result<Vec<u8>, EncodeError> {
@@ -74,6 +89,8 @@ impl Format {
             Self::Csv => csv::encode(set),
             Self::Svg => svg::encode(set),
             Self::Prom => Ok(prom::encode(set)),
+            Self::Folded => Ok(folded::encode(set)),
+            Self::FlameSvg => folded::encode_svg(set),
         }
     }
 }
@@ -191,6 +208,30 @@ pub struct ExportSet {
     /// The producing command's `--json` document (histogram buckets included), which the JSON
     /// export writes as is.
     pub document: String,
+    /// Kernel stacks where exits computed and blocked, for the flame graphs.
+    pub stacks: Vec<WeightedStack>,
+}
+
+/// One kernel stack of the flame graphs, weighed by the time it stands for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WeightedStack {
+    pub variant: Variant,
+    pub kind: StackKind,
+    /// The stage it lies in.
+    pub stage: String,
+    /// Function names, innermost first, down to `do_exit`.
+    pub frames: Vec<String>,
+    /// On-CPU: the on-CPU time its samples stand for; off-CPU: the time blocked there (µs).
+    pub us: u64,
+}
+
+/// Where a stack comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackKind {
+    /// Sampled on a CPU.
+    OnCpu,
+    /// Where an exit blocked.
+    OffCpu,
 }
 
 /// What was profiled, as the exports label it: its kind and parameters, as text.
@@ -414,6 +455,7 @@ pub(crate) mod tests {
             runs,
             series,
             document: "{\"hand_built\": true}".to_owned(),
+            stacks: Vec::new(),
         }
     }
 
@@ -423,10 +465,15 @@ pub(crate) mod tests {
 
     #[test]
     fn formats_follow_extensions() {
-        let t =
-            targets(&paths(&["a.hlog", "b.JSON", "c.csv", "d.svg", "dir.x/e.prom"]), None).unwrap();
+        let names =
+            ["a.hlog", "b.JSON", "c.csv", "d.svg", "dir.x/e.prom", "f.folded", "run.Flame.SVG"];
+        let t = targets(&paths(&names), None).unwrap();
         let formats: Vec<Format> = t.iter().map(|t| t.format).collect();
         assert_eq!(formats, Format::ALL);
+        // Only a whole ending after a dot names a format.
+        assert_eq!(Format::of_path(Path::new("noflame.svg")), Some(Format::Svg));
+        assert_eq!(Format::of_path(Path::new("flame.svg")), Some(Format::Svg));
+        assert_eq!(Format::of_path(Path::new("dir.flame.svg/x")), None);
     }
 
     #[test]

@@ -6,8 +6,12 @@ use serde::Serialize;
 
 use crate::{
     analysis::{
-        comparison::{MetricRow, RunMeasure, StageDeltas, metric_rows, stage_deltas},
+        comparison::{
+            MetricRow, OnCpuDelta, RunMeasure, StageDeltas, metric_rows, on_cpu_deltas,
+            stage_deltas,
+        },
         deferred::DeferredReport,
+        on_cpu::describe_chain,
         stats::Spread,
     },
     compare::{Comparer, Comparison, SideRuns},
@@ -24,6 +28,9 @@ use crate::{
     run::Losses,
     target::Target,
 };
+
+/// Sampled stacks compared per side, those whose time differs most.
+const ON_CPU_DELTAS_SHOWN: usize = 5;
 
 /// What the `compare` and `sweep` documents open with: what was compared, where, how often.
 #[derive(Debug, Serialize)]
@@ -78,6 +85,8 @@ pub struct ComparisonDoc {
     /// Per exit, each stage on both sides and what explains the difference (both sides
     /// profiled).
     pub stage_deltas: Option<StageDeltas>,
+    /// Sampled stacks whose on-CPU time per exit differs most, in stages sampled on both sides.
+    pub on_cpu_deltas: Vec<OnCpuDelta>,
     pub verdict: String,
 }
 
@@ -112,10 +121,10 @@ impl SideDoc {
             exits_recorded: profile.exits,
             lost: losses.exits(),
             losses,
-            stages: if side.profiled { stage_docs(profile) } else { Vec::new() },
-            verdict: side
-                .profiled
-                .then(|| run_verdict(profile.exit(), &profile.rows(), &side.blocked_in())),
+            stages: if side.profiled { stage_docs(profile, &side.on_cpu) } else { Vec::new() },
+            verdict: side.profiled.then(|| {
+                run_verdict(profile.exit(), &profile.rows(), &side.blocked_in(), &side.on_cpu)
+            }),
             deferred: side.session.deferred.report(),
         }
     }
@@ -149,12 +158,20 @@ impl ComparisonDoc {
         let deltas = (on.profiled && off.profiled)
             .then(|| stage_deltas(&on.session.profile, &off.session.profile));
         let verdict = compare_verdict(&table, deltas.as_ref());
+        let mut on_cpu = on_cpu_deltas(
+            &on.on_cpu,
+            on.session.profile.exits,
+            &off.on_cpu,
+            off.session.profile.exits,
+        );
+        on_cpu.truncate(ON_CPU_DELTAS_SHOWN);
         Self {
             exit_rate_on: rates(&on.measures),
             exit_rate_off: rates(&off.measures),
             table,
             listener,
             stage_deltas: deltas,
+            on_cpu_deltas: on_cpu,
             verdict,
         }
     }
@@ -243,6 +260,20 @@ pub fn render_comparison(r: &ComparisonDoc) -> String {
             ]);
         }
         let _ = writeln!(out, "\n{table}");
+    }
+    if !r.on_cpu_deltas.is_empty() {
+        let mut table =
+            TextTable::new(["stage", "on CPU in", "on", "off", "delta"]).figures_right();
+        for d in &r.on_cpu_deltas {
+            table.add_row([
+                d.stage.clone(),
+                describe_chain(&d.stack, 4),
+                fmt_ns(d.yes_ns_per_exit),
+                fmt_ns(d.no_ns_per_exit),
+                signed(d.delta_ns_per_exit),
+            ]);
+        }
+        let _ = writeln!(out, "\non-CPU time per exit, by sampled stack (estimated)\n{table}");
     }
     let _ = writeln!(out, "\nverdict: {}", r.verdict);
     out

@@ -9,6 +9,7 @@ use crate::{
         blocking::BlockedIn,
         deferred::DeferredReport,
         histogram::{Bucket, Latency},
+        on_cpu::{HotPath, OnCpuIn, OnCpuReport, SampleCounts},
         profile::{Profile, StageRow},
         records::ExitKind,
     },
@@ -23,6 +24,8 @@ use crate::{
 
 /// How far the achieved rate may be from a --rate target and still count as reached.
 pub const RATE_TOLERANCE: f64 = 0.05;
+/// Sampled stacks reported per stage.
+pub const ON_CPU_IN_SHOWN: usize = 5;
 
 /// The `--json` document. Later versions add keys; the ones here stay, `null` where a value does
 /// not exist for the target (e.g. user and sys time of processes exitprof did not start).
@@ -72,6 +75,8 @@ pub struct RunDocument {
     /// Where exits blocked: the kernel stacks of each exit's longest block, most blocked time
     /// first.
     pub blocked_in: Vec<BlockedIn>,
+    /// What became of the on-CPU samples (`stages[].on_cpu_in` has those joined to a stage).
+    pub samples: SampleCounts,
     /// Work the exits caused in other contexts, joined back to them.
     pub deferred: DeferredReport,
     /// With --bpf-stats: what exitprof's programs cost in the kernel while the target ran.
@@ -126,6 +131,14 @@ pub struct StageDoc {
     pub runq_share: f64,
     /// What the kernel does in this stage.
     pub covers: Vec<String>,
+    /// Samples of the sampling clock that caught an exit on a CPU in this stage (0 for the whole
+    /// exit's row: its samples are its stages').
+    pub on_cpu_samples: u64,
+    /// The deepest chain of calls most of those samples go through.
+    pub on_cpu_mostly_in: Option<HotPath>,
+    /// The stacks sampled most, with their share of the stage's samples and the on-CPU time
+    /// that share stands for.
+    pub on_cpu_in: Vec<OnCpuIn>,
     /// The histogram: every non-empty bucket, lowest first.
     pub buckets: Vec<Bucket>,
 }
@@ -148,6 +161,9 @@ impl StageDoc {
             off_cpu_share: s.off_cpu_share(),
             runq_share: s.runq_share(),
             covers,
+            on_cpu_samples: 0,
+            on_cpu_mostly_in: None,
+            on_cpu_in: Vec::new(),
             buckets: latency.buckets(),
         }
     }
@@ -202,20 +218,30 @@ impl KernelCostDoc {
 }
 
 /// The stage table of a profile: the whole exit first (named `exit`), then each stage in kernel
-/// order.
-pub fn stage_docs(profile: &Profile) -> Vec<StageDoc> {
-    stage_table_docs(profile.exit(), profile.rows())
+/// order, with its samples.
+pub fn stage_docs(profile: &Profile, on_cpu: &OnCpuReport) -> Vec<StageDoc> {
+    stage_table_docs(profile.exit(), profile.rows(), on_cpu)
 }
 
-fn stage_table_docs(exit: &Latency, rows: Vec<StageRow<'_>>) -> Vec<StageDoc> {
+fn stage_table_docs(
+    exit: &Latency,
+    rows: Vec<StageRow<'_>>,
+    on_cpu: &OnCpuReport,
+) -> Vec<StageDoc> {
     let mut stages = vec![StageDoc::new("exit".to_owned(), exit, 1.0, Vec::new())];
     stages.extend(rows.into_iter().map(|row| {
-        StageDoc::new(
+        let mut doc = StageDoc::new(
             row.stage.name.clone(),
             row.latency,
             row.share_of_exit,
             row.stage.covers.clone(),
-        )
+        );
+        if let Some(sampled) = on_cpu.stages.iter().find(|s| s.stage == row.stage.name) {
+            doc.on_cpu_samples = sampled.samples;
+            doc.on_cpu_mostly_in = sampled.mostly_in.clone();
+            doc.on_cpu_in = sampled.stacks.iter().take(ON_CPU_IN_SHOWN).cloned().collect();
+        }
+        doc
     }));
     stages
 }
@@ -237,7 +263,8 @@ pub fn kind_docs(profile: &Profile) -> Vec<KindDoc> {
         .map(|(kind, exit, rows)| KindDoc {
             kind,
             exits: exit.count(),
-            stages: stage_table_docs(exit, rows),
+            // Samples are reported for all exits together.
+            stages: stage_table_docs(exit, rows, &OnCpuReport::default()),
         })
         .collect()
 }
@@ -259,8 +286,9 @@ impl RunDocument {
     pub fn new(run: &RunOutcome) -> Self {
         let elapsed_s = run.elapsed.as_secs_f64();
         let recorded = run.profile.exits;
-        let verdict = run_verdict(run.profile.exit(), &run.profile.rows(), &run.blocked_in);
-        let stages = stage_docs(&run.profile);
+        let verdict =
+            run_verdict(run.profile.exit(), &run.profile.rows(), &run.blocked_in, &run.on_cpu);
+        let stages = stage_docs(&run.profile, &run.on_cpu);
         let report = run.child.as_ref().and_then(|c| c.report.as_ref());
         let exit_rate = exit_rate(run.child.as_ref(), run.elapsed, recorded);
         let rate = match run.target {
@@ -299,6 +327,7 @@ impl RunDocument {
             blocked_exits_walked: run.blocked_exits_walked,
             verdict,
             blocked_in: run.blocked_in.clone(),
+            samples: run.on_cpu.sampled,
             deferred: run.deferred.report(),
             kernel_cost: run.kernel_cost.as_deref().map(|c| KernelCostDoc::new(c, recorded)),
             probes: run.plan.points.clone(),

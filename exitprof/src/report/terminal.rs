@@ -7,7 +7,7 @@ use super::{
     run_document::{KernelCostDoc, RateDoc, RunDocument, StageDoc, WorkloadDoc},
     table::TextTable,
 };
-use crate::analysis::{deferred::DeferredReport, histogram::Summary};
+use crate::analysis::{deferred::DeferredReport, histogram::Summary, on_cpu::describe_chain};
 
 /// Renders a run for a person.
 pub fn render(doc: &RunDocument) -> String {
@@ -85,6 +85,7 @@ pub fn render(doc: &RunDocument) -> String {
         }
     }
     let _ = writeln!(out, "\nverdict: {}", doc.verdict);
+    out.push_str(&on_cpu_table(doc));
     out.push_str(&blocked_in_table(doc));
     out.push_str(&deferred_table(&doc.deferred));
     if let Some(cost) = &doc.kernel_cost {
@@ -264,6 +265,48 @@ fn deferred_table(d: &DeferredReport) -> String {
         );
     }
     out
+}
+
+/// Stacks shown per stage in the terminal (the JSON document has more).
+const ON_CPU_IN_PRINTED: usize = 3;
+/// Frames shown per stack, innermost first.
+const FRAMES_PRINTED: usize = 5;
+
+/// Where exits computed: the stacks sampled most in each stage that has samples.
+fn on_cpu_table(doc: &RunDocument) -> String {
+    let mut table =
+        TextTable::new(["stage", "on CPU in", "samples", "of stage", "est. time"]).figures_right();
+    let mut sampled: Vec<&StageDoc> = doc.stages.iter().filter(|s| s.on_cpu_samples > 0).collect();
+    sampled.sort_by(|a, b| b.on_cpu_samples.cmp(&a.on_cpu_samples));
+    for stage in sampled {
+        for (i, s) in stage.on_cpu_in.iter().take(ON_CPU_IN_PRINTED).enumerate() {
+            table.add_row([
+                if i == 0 { stage.name.clone() } else { String::new() },
+                describe_chain(&s.stack, FRAMES_PRINTED),
+                s.samples.to_string(),
+                format!("{:.0}%", s.share * 100.0),
+                fmt_ns(s.est_ns),
+            ]);
+        }
+    }
+    let n = doc.samples;
+    let missed = n.unjoined + n.unplaced;
+    if table.is_empty() && missed == 0 {
+        return String::new();
+    }
+    let missed = if missed > 0 {
+        format!(
+            ", {} not placed in a stage ({} of exits never recorded, {} of exits short of hits)",
+            missed, n.unjoined, n.unplaced
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "\non CPU in: {} samples of the exits on a CPU{missed}; est. time = share of the stage's \
+         samples x its on-CPU time\n{table}\n",
+        n.joined
+    )
 }
 
 /// Where exits blocked: each exit's longest block, by kernel stack.

@@ -5,6 +5,7 @@ use crate::{
         blocking::BlockedIn,
         comparison::{MetricRow, StageDelta, StageDeltas},
         histogram::Latency,
+        on_cpu::{OnCpuReport, describe_chain},
         profile::StageRow,
     },
     report::{fmt_ns, signed},
@@ -14,10 +15,17 @@ use crate::{
 const MOSTLY_OFF_CPU: f64 = 0.5;
 /// A second stage is worth naming when it holds at least this share of the exit time.
 const WORTH_NAMING: f64 = 0.10;
+/// Frames of a hot path the verdict names, innermost first.
+const CHAIN_SHOWN: usize = 6;
 
 /// The verdict on one run (or one side of a comparison); `blocked_in` are the stacks where
-/// its exits blocked, most blocked time first.
-pub fn run_verdict(exit: &Latency, rows: &[StageRow<'_>], blocked_in: &[BlockedIn]) -> String {
+/// its exits blocked, most blocked time first, and `on_cpu` the stacks they were sampled in.
+pub fn run_verdict(
+    exit: &Latency,
+    rows: &[StageRow<'_>],
+    blocked_in: &[BlockedIn],
+    on_cpu: &OnCpuReport,
+) -> String {
     let exit = exit.summary();
     if exit.count == 0 {
         return "No exits were recorded: nothing to explain.".to_owned();
@@ -28,12 +36,29 @@ pub fn run_verdict(exit: &Latency, rows: &[StageRow<'_>], blocked_in: &[BlockedI
         return format!("{} exits took {} each on average.", exit.count, fmt_ns(exit.mean_ns));
     };
     let top_summary = top.latency.summary();
+    // Where it computes, when its samples mostly go one way.
+    let computes_in = on_cpu
+        .stages
+        .iter()
+        .find(|s| s.stage == top.stage.name)
+        .and_then(|s| Some((s.mostly_in.as_ref()?, s.samples)))
+        .map(|(hot, samples)| {
+            format!(
+                "{} ({:.0}% of its {samples} samples)",
+                describe_chain(&hot.frames, CHAIN_SHOWN),
+                hot.share * 100.0
+            )
+        });
     let mut text = format!(
         "{} holds {:.0}% of the exit time{}, {}",
         top.stage.name,
         top.share_of_exit * 100.0,
         occurrence(top.latency.hist.len(), exit.count),
-        cpu_phrase(top_summary.off_cpu_share(), Some(top_summary.runq_share()))
+        cpu_phrase(
+            top_summary.off_cpu_share(),
+            Some(top_summary.runq_share()),
+            computes_in.as_deref()
+        )
     );
     let blocks = top_summary.off_cpu_share() >= MOSTLY_OFF_CPU && top_summary.runq_share() < 0.5;
     if blocks && let Some(where_) = blocked_in.first().filter(|b| !b.stack.is_empty()) {
@@ -64,8 +89,13 @@ fn occurrence(count: u64, exits: u64) -> String {
 }
 
 /// What an off-CPU share says about a stage; with the part of the off-CPU time spent runnable
-/// (`runq_share`), also what the tasks wait for.
-pub fn cpu_phrase(off_cpu_share: f64, runq_share: Option<f64>) -> String {
+/// (`runq_share`), also what the tasks wait for, and with the chain its samples mostly went
+/// through (`computes_in`), where it computes.
+pub fn cpu_phrase(
+    off_cpu_share: f64,
+    runq_share: Option<f64>,
+    computes_in: Option<&str>,
+) -> String {
     if off_cpu_share >= MOSTLY_OFF_CPU {
         let waiting = match runq_share {
             Some(r) if r >= 0.5 => format!(
@@ -82,7 +112,11 @@ pub fn cpu_phrase(off_cpu_share: f64, runq_share: Option<f64>) -> String {
         };
         format!("{:.0}% of it off-CPU: {waiting}", off_cpu_share * 100.0)
     } else {
-        format!("{:.0}% of it on-CPU: the kernel computes there.", (1.0 - off_cpu_share) * 100.0)
+        let mostly_in = computes_in.map(|chain| format!(", mostly in {chain}")).unwrap_or_default();
+        format!(
+            "{:.0}% of it on-CPU: the kernel computes there{mostly_in}.",
+            (1.0 - off_cpu_share) * 100.0
+        )
     }
 }
 
@@ -99,7 +133,7 @@ pub fn compare_verdict(rows: &[MetricRow], deltas: Option<&StageDeltas>) -> Stri
             top.name,
             top.share_of_delta * 100.0,
             signed(top.delta_ns_per_exit),
-            cpu_phrase(off_cpu_share(top), None),
+            cpu_phrase(off_cpu_share(top), None, None),
         ));
         // Waiting is noisy; what the condition costs in computing is named on its own.
         let on_cpu = |s: &StageDelta| s.delta_ns_per_exit - s.off_cpu_delta_ns_per_exit;
@@ -151,7 +185,10 @@ fn off_cpu_share(s: &StageDelta) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::stages::Stage;
+    use crate::analysis::{
+        on_cpu::{HotPath, StageOnCpu},
+        stages::Stage,
+    };
 
     fn stage(name: &str) -> Stage {
         Stage { name: name.to_owned(), covers: vec![], order: (0, 0) }
@@ -181,7 +218,7 @@ mod tests {
             total_ns: 7_000,
             share: 0.875,
         }];
-        let v = run_verdict(&exit, &rows, &blocked);
+        let v = run_verdict(&exit, &rows, &blocked, &OnCpuReport::default());
         assert!(
             v.starts_with("exit_mm…exit_thread holds 90% of the exit time (in 20% of the exits)"),
             "{v}"
@@ -189,6 +226,33 @@ mod tests {
         assert!(v.contains("off-CPU: tasks wait there"), "{v}");
         assert!(
             v.contains("mostly in rwsem_down_read_slowpath ← down_read ← exit_mm (88% of"),
+            "{v}"
+        );
+    }
+
+    #[test]
+    fn names_the_chain_an_on_cpu_stage_computes_in() {
+        let exit = latency(&[(1_000, 0); 10]);
+        let mm = stage("perf_event_exit_task…exit_thread");
+        let mm_l = latency(&[(900, 0); 10]);
+        let rows = [StageRow { stage: &mm, latency: &mm_l, share_of_exit: 0.9 }];
+        let chain = ["unmap_vmas", "exit_mmap", "__mmput"].map(str::to_owned).to_vec();
+        let on_cpu = OnCpuReport {
+            sampled: Default::default(),
+            stages: vec![StageOnCpu {
+                stage: mm.name.clone(),
+                samples: 40,
+                on_cpu_ns: 9_000,
+                mostly_in: Some(HotPath { frames: chain, share: 0.85 }),
+                stacks: Vec::new(),
+            }],
+        };
+        let v = run_verdict(&exit, &rows, &[], &on_cpu);
+        assert!(
+            v.ends_with(
+                "100% of it on-CPU: the kernel computes there, mostly in unmap_vmas ← exit_mmap \
+                 ← __mmput (85% of its 40 samples)."
+            ),
             "{v}"
         );
     }

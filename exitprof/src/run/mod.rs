@@ -19,7 +19,10 @@ use self::{
     start::{Attached, Stop, bump_memlock, load_options, plan_for, preflight, prepare, start},
 };
 use crate::{
-    analysis::{blocking::BlockedIn, deferred::DeferredWork, profile::Profile, session::Session},
+    analysis::{
+        blocking::BlockedIn, deferred::DeferredWork, on_cpu::OnCpuReport, profile::Profile,
+        session::Session,
+    },
     export::ExportTarget,
     probes::{ProbeOptions, load::ProgramCost, maps::KernelLosses, plan::Plan},
     report::progress::Progress,
@@ -74,6 +77,8 @@ pub struct RunOutcome {
     /// Exits that blocked, and those whose stack of their longest block was walked.
     pub blocked_exits: u64,
     pub blocked_exits_walked: u64,
+    /// Where exits computed: sampled kernel stacks by stage.
+    pub on_cpu: OnCpuReport,
     pub losses: Losses,
     /// With --bpf-stats: each program's runs and run time while the target ran.
     pub kernel_cost: Option<Vec<ProgramCost>>,
@@ -171,12 +176,15 @@ pub async fn run(request: &RunRequest) -> anyhow::Result<RunOutcome> {
     let collecting = CpuTime::now().since(cpu_before);
     let kernel_cost = cost_meter.map(|meter| meter.stop(&attached.probes)).transpose()?;
     let (kernel, probe_misses) = attached.kernel_losses()?;
+    let symbols = attached.symbols.clone();
     attached.detach();
 
     let Collected { stop, interrupted, elapsed, unfinished } = collected;
     let blocked_in = session.blocking.report(BLOCKED_IN_SHOWN);
     let (blocked_exits, blocked_exits_walked) =
         (session.blocking.blocked_exits, session.blocking.walked_exits);
+    session.on_cpu.finish();
+    let on_cpu = session.on_cpu.report(&session.profile, &symbols);
     let Session { profile, deferred, undecodable, .. } = session;
     let losses = Losses { kernel, undecodable, unfinished, hits: profile.lost_hits, probe_misses };
     let (elapsed, child, ended) = match stop {
@@ -202,6 +210,7 @@ pub async fn run(request: &RunRequest) -> anyhow::Result<RunOutcome> {
         blocked_in,
         blocked_exits,
         blocked_exits_walked,
+        on_cpu,
         losses,
         kernel_cost,
         interrupted,
