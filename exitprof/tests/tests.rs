@@ -8,6 +8,7 @@ mod bad_input;
 mod compare;
 mod conditions;
 mod exports;
+mod ground_truth;
 mod identity;
 mod kernel_cost;
 mod namespaces;

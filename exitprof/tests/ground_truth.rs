@@ -1,0 +1,234 @@
+//! Ground truth: exits whose dominant cost is known by construction (the C programs in
+//! `tests/programs`), and what exitprof must say about each — the stage that holds the cost,
+//! the function it names there, and whether the exit computes, blocks or waits for a CPU.
+//!
+//! The attach mode is a parameter (`EXITPROF_TEST_ATTACH`, `auto` when unset), so that the same
+//! checks run on a kernel with tracepoints only and on kernels with kprobes and fentry. Under
+//! emulation every probe hit costs about 100 µs, a whole exit of 30 stages several ms; each
+//! program's cost is sized to dwarf that (tens of ms of teardown, a hold of tens of ms, a spin of
+//! tens of ms), and emulation slows the kernel work itself as much as the probes, so shares keep
+//! their order. The thresholds are shares and ratios, never absolute times.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    sync::OnceLock,
+};
+
+use serde_json::Value;
+
+use crate::support::{num, require_root, run_json};
+
+/// A stage that is a function must hold more than this share of the exit time.
+const DOMINANT_SHARE: f64 = 0.6;
+/// Sampling rate for these tests: exits of tens of ms get some hundred samples each.
+const SAMPLE_HZ: &str = "4999";
+
+/// The attach mode the tests run in.
+fn attach() -> String {
+    std::env::var("EXITPROF_TEST_ATTACH").unwrap_or_else(|_| "auto".to_owned())
+}
+
+/// A ground-truth program, compiled once per test run with the system's C compiler.
+fn program(name: &str) -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ground-truth");
+        std::fs::create_dir_all(&dir).expect("a directory for the test programs");
+        dir
+    });
+    let source =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs").join(format!("{name}.c"));
+    let binary = dir.join(name);
+    let out = Command::new("cc")
+        .args(["-O2", "-Wall", "-pthread", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run cc to build {} (a C compiler is needed): {e}", source.display())
+        });
+    assert!(
+        out.status.success(),
+        "cc {}: {}",
+        source.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    binary
+}
+
+/// Profiles `program args` in the attach mode under test, sampling on-CPU stacks.
+fn profile(name: &str, args: &[&str]) -> Value {
+    let binary = program(name);
+    let attach = attach();
+    let mut argv = vec!["--attach", &attach, "--sample-hz", SAMPLE_HZ, "--"];
+    let binary = binary.to_str().expect("a UTF-8 path");
+    argv.push(binary);
+    argv.extend(args);
+    run_json(&argv)
+}
+
+/// What a program measured itself: `key=value` lines of integers.
+fn measured(path: &Path, key: &str) -> f64 {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {}: {text}", path.display()))
+        .parse()
+        .unwrap()
+}
+
+/// The stage holding the most exit time (the whole exit's row left out).
+fn dominant_stage(doc: &Value) -> &Value {
+    doc["stages"]
+        .as_array()
+        .expect("stages")
+        .iter()
+        .skip(1)
+        .max_by(|a, b| num(a, "share_of_exit").total_cmp(&num(b, "share_of_exit")))
+        .unwrap_or_else(|| panic!("no stage recorded: {doc}"))
+}
+
+/// A summary of every stage, for failure messages.
+fn stages_table(doc: &Value) -> String {
+    doc["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            format!(
+                "{} share {:.2} off-CPU {:.2} runnable {:.2} samples {} mostly in {}",
+                s["name"],
+                num(s, "share_of_exit"),
+                num(s, "off_cpu_share"),
+                num(s, "runq_share"),
+                s["on_cpu_samples"],
+                s["on_cpu_mostly_in"]
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn names(list: &Value) -> Vec<&str> {
+    list.as_array().map(|l| l.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
+}
+
+/// The stage that holds the cost: the function itself, holding more than [`DOMINANT_SHARE`], or
+/// the gap that covers it where the function has no probe of its own.
+fn assert_holds(doc: &Value, function: &str) -> Value {
+    let stage = dominant_stage(doc);
+    let covers = names(&stage["covers"]);
+    assert!(
+        covers.contains(&function),
+        "the dominant stage {} does not cover {function} (covers {covers:?}):\n{}",
+        stage["name"],
+        stages_table(doc)
+    );
+    if stage["name"] == function {
+        let share = num(stage, "share_of_exit");
+        assert!(
+            share > DOMINANT_SHARE,
+            "{function} holds {share:.2} of the exit time, not more than {DOMINANT_SHARE}:\n{}",
+            stages_table(doc)
+        );
+    }
+    stage.clone()
+}
+
+/// The chain most of a stage's samples go through, which must name one of `functions`.
+fn assert_computes_in(doc: &Value, stage: &Value, functions: &[&str]) {
+    let off = num(stage, "off_cpu_share");
+    assert!(off < 0.2, "stage {} is {off:.2} off-CPU:\n{}", stage["name"], stages_table(doc));
+    let chain = names(&stage["on_cpu_mostly_in"]["frames"]);
+    assert!(
+        chain.iter().any(|f| functions.contains(f)),
+        "the samples of {} mostly go through {chain:?}, none of {functions:?}; its stacks: {}\n{}",
+        stage["name"],
+        stage["on_cpu_in"],
+        stages_table(doc)
+    );
+    let verdict = doc["verdict"].as_str().unwrap();
+    assert!(
+        verdict.contains("mostly in") && functions.iter().any(|f| verdict.contains(f)),
+        "the verdict names none of {functions:?}: {verdict}"
+    );
+}
+
+#[test]
+fn an_mm_teardown_computes_in_exit_mmap() {
+    require_root();
+    // Two processes of 256 MiB of 4 KiB pages: some 15 ms of teardown each here.
+    let doc = profile("mm_teardown", &["256", "2"]);
+    let stage = assert_holds(&doc, "exit_mm");
+    assert_computes_in(&doc, &stage, &["exit_mmap", "unmap_vmas", "__mmput", "mmput"]);
+}
+
+#[test]
+fn closing_many_descriptors_computes_in_exit_files() {
+    require_root();
+    // As many as the limit allows, up to 30000: 20000 where the hard limit is that.
+    let doc = profile("many_files", &["30000"]);
+    let stage = assert_holds(&doc, "exit_files");
+    assert_computes_in(&doc, &stage, &["exit_files", "put_files_struct", "close_files"]);
+}
+
+#[test]
+fn a_thread_blocked_on_mmap_lock_is_named_with_its_block() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("hold");
+    // 384 MiB: mprotect holds mmap_lock for writing some 10 ms here.
+    let doc = profile("lock_hold", &["384", out.to_str().unwrap()]);
+    let remaining = measured(&out, "remaining_ns");
+    let stage = assert_holds(&doc, "exit_mm");
+    let (off, runq) = (num(&stage, "off_cpu_share"), num(&stage, "runq_share"));
+    assert!(
+        off > 0.5 && runq < 0.5,
+        "stage {} is {off:.2} off-CPU, {runq:.2} of that runnable, not blocked:\n{}",
+        stage["name"],
+        stages_table(&doc)
+    );
+    let blocked = &doc["blocked_in"][0];
+    let stack = names(&blocked["stack"]);
+    assert!(
+        stack.iter().any(|f| f.contains("down_read")),
+        "the longest blocks are not in down_read: {}",
+        doc["blocked_in"]
+    );
+    let block = num(blocked, "total_ns") / num(blocked, "exits");
+    assert!(
+        (block / remaining - 1.0).abs() <= 0.2,
+        "blocked {:.2} ms in {stack:?}, while the lock was held {:.2} ms more after the thread \
+         began to exit",
+        block / 1e6,
+        remaining / 1e6
+    );
+}
+
+#[test]
+fn an_exit_preempted_by_a_realtime_spinner_waits_runnable() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("spin");
+    // 128 MiB of teardown (some 8 ms here) preempted for 30 ms.
+    let doc = profile("fifo_preempt", &["128", "30", out.to_str().unwrap()]);
+    let spun = measured(&out, "spun_ns");
+    let stage = assert_holds(&doc, "exit_mm");
+    let (off, runq) = (num(&stage, "off_cpu_share"), num(&stage, "runq_share"));
+    assert!(
+        off > 0.5 && runq > 0.8,
+        "stage {} is {off:.2} off-CPU, {runq:.2} of that runnable:\n{}",
+        stage["name"],
+        stages_table(&doc)
+    );
+    let runnable = num(&stage, "total_ns") * off * runq;
+    assert!(
+        runnable >= 0.9 * spun,
+        "runnable {:.2} ms in {}, while the spinner held the CPU {:.2} ms",
+        runnable / 1e6,
+        stage["name"],
+        spun / 1e6
+    );
+    assert!(doc["verdict"].as_str().unwrap().contains("runnable"), "{}", doc["verdict"]);
+}
