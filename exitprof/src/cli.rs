@@ -92,7 +92,24 @@ pub struct ProbeArgs {
     /// about a third of exitprof's in-kernel time in a thread storm where one exit in six blocks).
     #[arg(long)]
     pub no_block_stacks: bool,
+    /// Samples per second and CPU of the kernel stacks of exits that are on a CPU (the "on CPU
+    /// in" table, the verdict's "mostly in", the flame graphs). Measured on a 2-CPU 6.18 VM: a
+    /// tick that finds no exit on its CPU costs the kernel about 0.2 µs, one that samples an
+    /// exit about 2 µs (its stack walk included); at 999 Hz that is 0.04% of each CPU, and 0.2%
+    /// of the time exits spend on a CPU.
+    #[arg(long, value_name = "HZ", default_value_t = DEFAULT_SAMPLE_HZ,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_SAMPLE_HZ)))]
+    pub sample_hz: u32,
+    /// Do not sample the kernel stacks of exits on a CPU.
+    #[arg(long, conflicts_with = "sample_hz")]
+    pub no_cpu_stacks: bool,
 }
+
+/// The sampling rate when none is asked for: odd, so that it does not tick in step with the
+/// kernel's own timers.
+const DEFAULT_SAMPLE_HZ: u32 = 999;
+/// Well under the kernel's own ceiling (`perf_event_max_sample_rate`, 100000 by default).
+const MAX_SAMPLE_HZ: u32 = 20_000;
 
 /// A choice exitprof can make itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -460,7 +477,7 @@ impl ProbeArgs {
             kretprobe_maxactive: self.kretprobe_maxactive,
             syscall_tracepoints: self.syscall_tracepoints.choice(),
             block_stacks: !self.no_block_stacks,
-            sample_hz: 0,
+            sample_hz: if self.no_cpu_stacks { 0 } else { self.sample_hz },
         }
     }
 }

@@ -1,17 +1,23 @@
 //! Where exits compute: the kernel stacks the sampling clock caught inside followed exits, each
 //! joined to its exit's record, counted under the stage the exit was in, and named from kallsyms.
 //!
-//! A sample arrives before its exit's record (the record is sent at the exit's final
-//! switch-out), so it waits for it, keyed by the exit it names: (thread id, first hit's
+//! A sample is sent before its exit's record (the record goes at the exit's final switch-out),
+//! but the two come through different ring buffers, read one after the other: a sample may be
+//! read before its exit's record, and then waits for it, or after it, and then finds it among
+//! the exits recently read. Either way it is keyed by the exit it names: (thread id, first hit's
 //! timestamp). It says how many hits the record held when it was taken, so the stage is the one
 //! of the span between the last of those hits and the next, exactly as the profile cut it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::Serialize;
 
 use crate::{
-    analysis::{profile::Profile, records::Exit, stages::Span},
+    analysis::{
+        profile::Profile,
+        records::{CpuSample, Exit},
+        stages::Span,
+    },
     kernel::kallsyms::Kallsyms,
 };
 
@@ -23,6 +29,9 @@ const WAIT_LIMIT_NS: u64 = 30_000_000_000;
 const MAX_WAITING: usize = 200_000;
 /// How often (by the samples' clock) the waiting samples are swept for expired ones.
 const SWEEP_EVERY_NS: u64 = 1_000_000_000;
+/// Exits remembered for samples read after their record: far more than end between two reads
+/// of the ring buffers, even in a storm of a hundred thousand exits a second.
+const RECENT_EXITS: usize = 65_536;
 
 /// The frame a sampled stack is cut at: the exit itself. Frames outside it (the syscall or
 /// signal delivery that called it) are the same for every exit and say nothing.
@@ -43,20 +52,6 @@ const SAMPLING_FRAMES: &[&str] = &[
 /// A hot path goes on into a callee while that callee holds at least this share of the stage's
 /// samples: the chain it names is where most of the stage's CPU time goes.
 const HOT_PATH_SHARE: f64 = 0.5;
-
-/// One sample of a followed exit, decoded.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CpuSample {
-    /// Thread id of the exiting task.
-    pub pid: u32,
-    /// Hits the exit's record held when the sample was taken.
-    pub n_hits: u32,
-    /// The exit's first hit: with `pid`, names the exit.
-    pub exit_start_ns: u64,
-    pub ts_ns: u64,
-    /// Kernel return addresses, innermost first.
-    pub stack: Vec<u64>,
-}
 
 /// What became of the samples.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -83,6 +78,9 @@ struct Waiting {
 #[derive(Default)]
 pub struct OnCpu {
     waiting: HashMap<(u32, u64), Vec<Waiting>>,
+    /// The stage of each span of the exits read last, by exit, oldest first in `recent_order`.
+    recent: HashMap<(u32, u64), Vec<usize>>,
+    recent_order: VecDeque<(u32, u64)>,
     n_waiting: usize,
     newest_ns: u64,
     swept_ns: u64,
@@ -95,8 +93,15 @@ pub struct OnCpu {
 }
 
 impl OnCpu {
-    /// One sample: it waits for its exit.
+    /// One sample: it joins its exit if that was read already, or waits for it.
     pub fn sample(&mut self, sample: &CpuSample) {
+        let key = (sample.pid, sample.exit_start_ns);
+        let stack = self.intern(&sample.stack);
+        if let Some(stages) = self.recent.get(&key) {
+            let stage = place(stages, sample.n_hits);
+            self.count(stage, stack);
+            return;
+        }
         self.newest_ns = self.newest_ns.max(sample.ts_ns);
         if self.newest_ns.saturating_sub(self.swept_ns) >= SWEEP_EVERY_NS {
             self.expire();
@@ -105,8 +110,7 @@ impl OnCpu {
             self.sampled.unjoined += 1;
             return;
         }
-        let stack = self.intern(&sample.stack);
-        self.waiting.entry((sample.pid, sample.exit_start_ns)).or_default().push(Waiting {
+        self.waiting.entry(key).or_default().push(Waiting {
             n_hits: sample.n_hits,
             ts_ns: sample.ts_ns,
             stack,
@@ -114,17 +118,34 @@ impl OnCpu {
         self.n_waiting += 1;
     }
 
-    /// An exit of the target, with the spans the profile cut it into: its samples join it.
+    /// An exit, with the spans the profile cut it into: the samples that wait for it join it,
+    /// and it is remembered for those read later.
     pub fn exit(&mut self, exit: &Exit, spans: &[Span]) {
-        for w in self.take(exit) {
-            let span = (w.n_hits as usize).checked_sub(1).and_then(|i| spans.get(i));
-            match span {
-                Some(span) => {
-                    *self.counts.entry((span.stage, w.stack)).or_default() += 1;
-                    self.sampled.joined += 1;
-                }
-                None => self.sampled.unplaced += 1,
+        let Some(start) = exit.hits.first() else { return };
+        let key = (exit.pid, start.ts_ns);
+        let stages: Vec<usize> = spans.iter().map(|s| s.stage).collect();
+        let waiting = self.waiting.remove(&key).unwrap_or_default();
+        self.n_waiting -= waiting.len();
+        for w in waiting {
+            let stage = place(&stages, w.n_hits);
+            self.count(stage, w.stack);
+        }
+        if self.recent_order.len() >= RECENT_EXITS
+            && let Some(oldest) = self.recent_order.pop_front()
+        {
+            self.recent.remove(&oldest);
+        }
+        self.recent.insert(key, stages);
+        self.recent_order.push_back(key);
+    }
+
+    fn count(&mut self, stage: Option<usize>, stack: u32) {
+        match stage {
+            Some(stage) => {
+                *self.counts.entry((stage, stack)).or_default() += 1;
+                self.sampled.joined += 1;
             }
+            None => self.sampled.unplaced += 1,
         }
     }
 
@@ -133,13 +154,6 @@ impl OnCpu {
         self.sampled.unjoined += self.n_waiting as u64;
         self.waiting.clear();
         self.n_waiting = 0;
-    }
-
-    fn take(&mut self, exit: &Exit) -> Vec<Waiting> {
-        let Some(start) = exit.hits.first() else { return Vec::new() };
-        let taken = self.waiting.remove(&(exit.pid, start.ts_ns)).unwrap_or_default();
-        self.n_waiting -= taken.len();
-        taken
     }
 
     /// Counts as never joined the samples of exits whose newest sample is older than the wait
@@ -189,6 +203,12 @@ impl OnCpu {
         stages.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.stage.cmp(&b.stage)));
         OnCpuReport { sampled: self.sampled, stages }
     }
+}
+
+/// The stage of the span a sample taken after `n_hits` hits lies in (`None` when the exit's
+/// record lacks the hits that would place it).
+fn place(stages: &[usize], n_hits: u32) -> Option<usize> {
+    (n_hits as usize).checked_sub(1).and_then(|i| stages.get(i)).copied()
 }
 
 /// A raw stack's function names, innermost first: the sampling's own frames left out at the
@@ -420,11 +440,13 @@ ffffffff81000f00 T filp_close
         // A sample of an exit whose record never comes.
         on_cpu.sample(&sample(9, 1_000, 2, 1, zap.clone()));
         fold(&mut profile, &mut on_cpu, &exit(7, 1_000));
+        // One read after its exit's record.
+        on_cpu.sample(&sample(7, 1_000, 2, 70_000, zap.clone()));
         fold(&mut profile, &mut on_cpu, &exit(8, 5_000));
         // The same pid's next exit has samples of its own: none of the first's.
         fold(&mut profile, &mut on_cpu, &exit(7, 900_000));
         on_cpu.finish();
-        assert_eq!(on_cpu.sampled, SampleCounts { joined: 7, unjoined: 1, unplaced: 0 });
+        assert_eq!(on_cpu.sampled, SampleCounts { joined: 8, unjoined: 1, unplaced: 0 });
 
         let report = on_cpu.report(&profile, &symbols());
         let stages: Vec<(&str, u64)> =
@@ -432,7 +454,7 @@ ffffffff81000f00 T filp_close
         assert_eq!(
             stages,
             [
-                ("perf_event_exit_task…exit_thread", 5),
+                ("perf_event_exit_task…exit_thread", 6),
                 ("do_exit…taskstats_exit", 1),
                 ("sched_autogroup_exit_task…__schedule", 1)
             ]
@@ -445,15 +467,16 @@ ffffffff81000f00 T filp_close
             top.stack,
             ["zap_pte_range", "unmap_page_range", "unmap_vmas", "exit_mmap", "do_exit"]
         );
-        assert_eq!(top.samples, 4);
-        assert!((top.share - 0.8).abs() < 1e-12 && (top.est_ns - 216_000.0).abs() < 1e-6);
+        assert_eq!(top.samples, 5);
+        let share = 5.0 / 6.0;
+        assert!((top.share - share).abs() < 1e-12 && (top.est_ns - share * 270e3).abs() < 1e-6);
         assert_eq!(mm.stacks[1].stack, ["free_pgtables", "exit_mmap", "do_exit"]);
         let hot = mm.mostly_in.as_ref().unwrap();
         assert_eq!(
             describe_chain(&hot.frames, 9),
             "zap_pte_range ← unmap_page_range ← unmap_vmas ← exit_mmap"
         );
-        assert!((hot.share - 0.8).abs() < 1e-12);
+        assert!((hot.share - share).abs() < 1e-12);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use exitprof_common::{
         BLOCK_STACK_DEPTH, ExitRecord, FLAG_GROUP_DEAD, FLAG_TRUNCATED, HEADER_LEN, Hit, MAX_HITS,
         wire_len,
     },
+    sample::{SAMPLE_STACK_DEPTH, Sample},
 };
 use serde::Serialize;
 
@@ -175,6 +176,37 @@ impl Exit {
             _ => 0,
         }
     }
+}
+
+/// One sample of a followed exit, decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuSample {
+    /// Thread id of the exiting task.
+    pub pid: u32,
+    /// Hits the exit's record held when the sample was taken.
+    pub n_hits: u32,
+    /// The exit's first hit: with `pid`, names the exit.
+    pub exit_start_ns: u64,
+    pub ts_ns: u64,
+    /// Kernel return addresses, innermost first.
+    pub stack: Vec<u64>,
+}
+
+/// Decodes an on-CPU sample.
+pub fn decode_sample(bytes: &[u8]) -> Option<CpuSample> {
+    if bytes.len() != size_of::<Sample>() {
+        return None;
+    }
+    // SAFETY: the length matches, and any bit pattern is a valid Sample.
+    let s = unsafe { bytes.as_ptr().cast::<Sample>().read_unaligned() };
+    let frames = (s.stack_len as usize).min(SAMPLE_STACK_DEPTH);
+    Some(CpuSample {
+        pid: s.pid,
+        n_hits: s.n_hits,
+        exit_start_ns: s.exit_start_ns,
+        ts_ns: s.ts_ns,
+        stack: s.stack[..frames].to_vec(),
+    })
 }
 
 /// Decodes a deferred-work record.

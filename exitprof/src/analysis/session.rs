@@ -8,7 +8,7 @@ use crate::{
         deferred::DeferredWork,
         on_cpu::OnCpu,
         profile::Profile,
-        records::{Exit, decode_deferred},
+        records::{Exit, decode_deferred, decode_sample},
     },
     probes::plan::Plan,
 };
@@ -23,8 +23,6 @@ pub struct Session {
     pub on_cpu: OnCpu,
     /// Records that could not be decoded.
     pub undecodable: u64,
-    /// On-CPU samples received.
-    pub samples: u64,
 }
 
 impl Session {
@@ -39,7 +37,6 @@ impl Session {
             blocking: Blocking::default(),
             on_cpu: OnCpu::default(),
             undecodable: 0,
-            samples: 0,
         }
     }
 
@@ -60,9 +57,15 @@ impl Session {
         }
     }
 
-    /// One on-CPU sample of an exit (folded by stage once sampling is reported; counted now).
-    pub fn sample_record(&mut self, _bytes: &[u8]) {
-        self.samples += 1;
+    /// One on-CPU sample of an exit.
+    pub fn sample_record(&mut self, bytes: &[u8]) {
+        match decode_sample(bytes) {
+            Some(sample) => self.on_cpu.sample(&sample),
+            None => {
+                self.undecodable += 1;
+                log::warn!("undecodable on-CPU sample of {} bytes", bytes.len());
+            }
+        }
     }
 
     /// One deferred-work record.

@@ -262,8 +262,7 @@ pub fn render_comparison(r: &ComparisonDoc) -> String {
         let _ = writeln!(out, "\n{table}");
     }
     if !r.on_cpu_deltas.is_empty() {
-        let mut table =
-            TextTable::new(["stage", "on CPU in", "on", "off", "delta"]).figures_right();
+        let mut table = TextTable::new(["stage", "on CPU in", "on", "off", "delta"]).names_left(2);
         for d in &r.on_cpu_deltas {
             table.add_row([
                 d.stage.clone(),

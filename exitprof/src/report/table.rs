@@ -25,8 +25,13 @@ impl TextTable {
     }
 
     /// Right-aligns every column but the first, which names the rows.
-    pub fn figures_right(mut self) -> Self {
-        for column in self.0.column_iter_mut().skip(1) {
+    pub fn figures_right(self) -> Self {
+        self.names_left(1)
+    }
+
+    /// Right-aligns every column but the first `names`, which name the rows.
+    pub fn names_left(mut self, names: usize) -> Self {
+        for column in self.0.column_iter_mut().skip(names) {
             column.set_cell_alignment(CellAlignment::Right);
         }
         self

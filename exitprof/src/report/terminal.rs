@@ -275,7 +275,7 @@ const FRAMES_PRINTED: usize = 5;
 /// Where exits computed: the stacks sampled most in each stage that has samples.
 fn on_cpu_table(doc: &RunDocument) -> String {
     let mut table =
-        TextTable::new(["stage", "on CPU in", "samples", "of stage", "est. time"]).figures_right();
+        TextTable::new(["stage", "on CPU in", "samples", "of stage", "est. time"]).names_left(2);
     let mut sampled: Vec<&StageDoc> = doc.stages.iter().filter(|s| s.on_cpu_samples > 0).collect();
     sampled.sort_by(|a, b| b.on_cpu_samples.cmp(&a.on_cpu_samples));
     for stage in sampled {
