@@ -159,6 +159,14 @@ fn assert_computes_in(doc: &Value, stage: &Value, functions: &[&str]) {
         verdict.contains("mostly in") && functions.iter().any(|f| verdict.contains(f)),
         "the verdict names none of {functions:?}: {verdict}"
     );
+    eprintln!(
+        "{} holds {:.0}% of the exit time, {:.0}% on-CPU, {} samples, {:.0}% of them in {chain:?}",
+        stage["name"],
+        num(stage, "share_of_exit") * 100.0,
+        (1.0 - off) * 100.0,
+        stage["on_cpu_samples"],
+        num(&stage["on_cpu_mostly_in"], "share") * 100.0
+    );
 }
 
 #[test]
@@ -204,6 +212,14 @@ fn a_thread_blocked_on_mmap_lock_is_named_with_its_block() {
         doc["blocked_in"]
     );
     let block = num(blocked, "total_ns") / num(blocked, "exits");
+    eprintln!(
+        "{} holds {:.0}% of the exit time, {off:.2} off-CPU ({runq:.2} of it runnable); blocked \
+         {:.2} ms in {stack:?}, the lock held {:.2} ms more after the thread began to exit",
+        stage["name"],
+        num(&stage, "share_of_exit") * 100.0,
+        block / 1e6,
+        remaining / 1e6
+    );
     assert!(
         (block / remaining - 1.0).abs() <= 0.2,
         "blocked {:.2} ms in {stack:?}, while the lock was held {:.2} ms more after the thread \
@@ -230,6 +246,14 @@ fn an_exit_preempted_by_a_realtime_spinner_waits_runnable() {
         stages_table(&doc)
     );
     let runnable = num(&stage, "total_ns") * off * runq;
+    eprintln!(
+        "{} holds {:.0}% of the exit time, {off:.2} off-CPU, {runq:.2} of that runnable: {:.2} ms, \
+         the spinner spun {:.2} ms",
+        stage["name"],
+        num(&stage, "share_of_exit") * 100.0,
+        runnable / 1e6,
+        spun / 1e6
+    );
     assert!(
         runnable >= 0.9 * spun,
         "runnable {:.2} ms in {}, while the spinner held the CPU {:.2} ms",

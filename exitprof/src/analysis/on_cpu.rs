@@ -16,7 +16,7 @@ use crate::{
     analysis::{
         profile::Profile,
         records::{CpuSample, Exit},
-        stages::Span,
+        stages::{Span, span_after},
     },
     kernel::kallsyms::Kallsyms,
 };
@@ -189,7 +189,7 @@ impl OnCpu {
     pub fn report(&self, profile: &Profile, symbols: &Kallsyms) -> OnCpuReport {
         let mut by_stage: BTreeMap<usize, HashMap<Vec<String>, u64>> = BTreeMap::new();
         for (&(stage, stack), &n) in &self.counts {
-            let named = trimmed_frames(&self.stacks[stack as usize], symbols);
+            let named = exit_frames(&self.stacks[stack as usize], symbols, SAMPLING_FRAMES);
             *by_stage.entry(stage).or_default().entry(named).or_default() += n;
         }
         let mut stages: Vec<StageOnCpu> = by_stage
@@ -208,15 +208,16 @@ impl OnCpu {
 /// The stage of the span a sample taken after `n_hits` hits lies in (`None` when the exit's
 /// record lacks the hits that would place it).
 fn place(stages: &[usize], n_hits: u32) -> Option<usize> {
-    (n_hits as usize).checked_sub(1).and_then(|i| stages.get(i)).copied()
+    span_after(n_hits).and_then(|i| stages.get(i)).copied()
 }
 
-/// A raw stack's function names, innermost first: the sampling's own frames left out at the
-/// innermost end, and everything outside the exit (above `do_exit`) cut off.
-pub fn trimmed_frames(stack: &[u64], symbols: &Kallsyms) -> Vec<String> {
+/// A raw stack's function names, innermost first: frames starting with one of `innermost` (the
+/// machinery that took the stack) left out at the innermost end, and everything outside the exit
+/// (above `do_exit`) cut off.
+pub fn exit_frames(stack: &[u64], symbols: &Kallsyms, innermost: &[&str]) -> Vec<String> {
     let names = stack.iter().map(|&a| symbols.name_of(a).unwrap_or("?"));
     let mut frames: Vec<String> = names
-        .skip_while(|f| SAMPLING_FRAMES.iter().any(|s| f.starts_with(s)))
+        .skip_while(|f| innermost.iter().any(|s| f.starts_with(s)))
         .map(str::to_owned)
         .collect();
     if let Some(exit) = frames.iter().position(|f| f == EXIT_FRAME) {
@@ -507,11 +508,11 @@ ffffffff81000f00 T filp_close
             "do_exit",
             "do_group_exit",
         ]);
-        assert_eq!(trimmed_frames(&raw, &symbols()), ["zap_pte_range", "do_exit"]);
+        assert_eq!(exit_frames(&raw, &symbols(), SAMPLING_FRAMES), ["zap_pte_range", "do_exit"]);
         // Unknown code innermost is the sampling's; outermost it stays, and so does a stack that
         // never reached do_exit (deeper than the frames kept).
         let raw = [0x10, at("unmap_vmas"), 0x20];
-        assert_eq!(trimmed_frames(&raw, &symbols()), ["unmap_vmas", "?"]);
+        assert_eq!(exit_frames(&raw, &symbols(), SAMPLING_FRAMES), ["unmap_vmas", "?"]);
     }
 
     #[test]

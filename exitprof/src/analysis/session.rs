@@ -48,7 +48,7 @@ impl Session {
                 let spans = self.profile.add(&exit);
                 self.on_cpu.exit(&exit, &spans);
                 self.deferred.exit(&exit);
-                self.blocking.exit(&exit);
+                self.blocking.exit(&exit, &spans);
             }
             Err(e) => {
                 self.undecodable += 1;

@@ -24,6 +24,12 @@ pub struct Span {
     pub runq_ns: u64,
 }
 
+/// The span (index into [`StageNamer::spans`]) of a moment of an exit, from the hits the exit
+/// had then: the span from the last of them to the next. `None` before the first hit.
+pub fn span_after(hits: u32) -> Option<usize> {
+    (hits as usize).checked_sub(1)
+}
+
 /// A stage: a traced function (its own time, without traced callees) or a gap between probes.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Stage {

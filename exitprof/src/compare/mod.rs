@@ -11,7 +11,10 @@ use anyhow::{Context as _, bail};
 
 use crate::{
     analysis::{
-        blocking::BlockedIn, comparison::RunMeasure, on_cpu::OnCpuReport, session::Session,
+        blocking::{BlockedByStage, BlockedIn},
+        comparison::RunMeasure,
+        on_cpu::OnCpuReport,
+        session::Session,
     },
     conditions::{Condition, ConditionOptions, Side},
     export::ExportSet,
@@ -49,8 +52,9 @@ pub struct CompareRequest {
 pub struct SideRuns {
     pub side: Side,
     pub session: Session,
-    /// Where this side's exits computed, once its runs are over.
+    /// Where this side's exits computed, and blocked by stage, once its runs are over.
     pub on_cpu: OnCpuReport,
+    pub blocked_by_stage: Vec<BlockedByStage>,
     pub measures: Vec<RunMeasure>,
     /// Kernel-side losses during this side's runs.
     pub kernel_losses: KernelLosses,
@@ -154,7 +158,9 @@ impl Comparer {
         }
         for side in [&mut on, &mut off] {
             side.session.on_cpu.finish();
-            side.on_cpu = side.session.on_cpu.report(&side.session.profile, &self.facts.kallsyms);
+            let (profile, symbols) = (&side.session.profile, &self.facts.kallsyms);
+            side.on_cpu = side.session.on_cpu.report(profile, symbols);
+            side.blocked_by_stage = side.session.blocking.by_stage(profile, symbols);
         }
         Ok(Comparison { on, off })
     }
@@ -164,6 +170,7 @@ impl Comparer {
             side,
             session: Session::new(&self.plan),
             on_cpu: OnCpuReport::default(),
+            blocked_by_stage: Vec::new(),
             measures: Vec::new(),
             kernel_losses: KernelLosses::default(),
             probe_misses: 0,

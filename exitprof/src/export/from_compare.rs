@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{
     ExportSet, RunStats, Series, Variant,
-    from_run::{on_cpu_stacks, workload_label},
+    from_run::{weighted_stacks, workload_label},
 };
 use crate::{
     analysis::stats::Spread,
@@ -32,7 +32,7 @@ impl ExportSet {
                     Variant { condition: Some(side_name(side.side).to_owned()), row: row.clone() };
                 runs.push(stats(side, variant.clone(), expected_per_run(target)));
                 if side.profiled {
-                    stacks.extend(on_cpu_stacks(&side.on_cpu, &variant));
+                    stacks.extend(weighted_stacks(&side.on_cpu, &side.blocked_by_stage, &variant));
                     series.extend(side.session.profile.latencies().map(|(stage, latency)| {
                         Series {
                             stage: stage.to_owned(),

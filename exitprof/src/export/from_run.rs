@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use super::{ExportSet, RunStats, Series, StackKind, Variant, WeightedStack, WorkloadLabel};
 use crate::{
-    analysis::on_cpu::OnCpuReport,
+    analysis::{blocking::BlockedByStage, on_cpu::OnCpuReport},
     report::run_document::{RunDocument, WorkloadDoc},
     run::RunOutcome,
 };
@@ -46,26 +46,31 @@ impl ExportSet {
             runs: vec![stats],
             series,
             document,
-            stacks: on_cpu_stacks(&run.on_cpu, &variant),
+            stacks: weighted_stacks(&run.on_cpu, &run.blocked_by_stage, &variant),
         }
     }
 }
 
-/// The sampled stacks of a run (or a side), each weighed by the on-CPU time it stands for.
-pub(super) fn on_cpu_stacks(report: &OnCpuReport, variant: &Variant) -> Vec<WeightedStack> {
-    report
-        .stages
-        .iter()
-        .flat_map(|stage| {
-            stage.stacks.iter().map(|s| WeightedStack {
-                variant: variant.clone(),
-                kind: StackKind::OnCpu,
-                stage: stage.stage.clone(),
-                frames: s.stack.clone(),
-                us: (s.est_ns / 1e3).round() as u64,
-            })
-        })
-        .collect()
+/// The stacks of a run (or a side): those sampled, each weighed by the on-CPU time it stands
+/// for, and those where exits blocked, by the time blocked there.
+pub(super) fn weighted_stacks(
+    on_cpu: &OnCpuReport,
+    blocked: &[BlockedByStage],
+    variant: &Variant,
+) -> Vec<WeightedStack> {
+    let stack = |kind, stage: &str, frames: &[String], ns: f64| WeightedStack {
+        variant: variant.clone(),
+        kind,
+        stage: stage.to_owned(),
+        frames: frames.to_vec(),
+        us: (ns / 1e3).round() as u64,
+    };
+    let sampled = on_cpu.stages.iter().flat_map(|stage| {
+        stage.stacks.iter().map(|s| stack(StackKind::OnCpu, &stage.stage, &s.stack, s.est_ns))
+    });
+    let blocked =
+        blocked.iter().map(|b| stack(StackKind::OffCpu, &b.stage, &b.stack, b.total_ns as f64));
+    sampled.chain(blocked).collect()
 }
 
 /// The workload as the document names it: its kind, and every parameter it has, whatever the
@@ -182,6 +187,7 @@ pub(crate) mod tests {
             blocked_exits: 0,
             blocked_exits_walked: 0,
             on_cpu: OnCpuReport::default(),
+            blocked_by_stage: Vec::new(),
             losses: Losses::default(),
             kernel_cost: None,
             interrupted: None,

@@ -20,7 +20,10 @@ use self::{
 };
 use crate::{
     analysis::{
-        blocking::BlockedIn, deferred::DeferredWork, on_cpu::OnCpuReport, profile::Profile,
+        blocking::{BlockedByStage, BlockedIn},
+        deferred::DeferredWork,
+        on_cpu::OnCpuReport,
+        profile::Profile,
         session::Session,
     },
     export::ExportTarget,
@@ -79,6 +82,8 @@ pub struct RunOutcome {
     pub blocked_exits_walked: u64,
     /// Where exits computed: sampled kernel stacks by stage.
     pub on_cpu: OnCpuReport,
+    /// Where exits blocked, by stage and stack (for the flame graphs).
+    pub blocked_by_stage: Vec<BlockedByStage>,
     pub losses: Losses,
     /// With --bpf-stats: each program's runs and run time while the target ran.
     pub kernel_cost: Option<Vec<ProgramCost>>,
@@ -185,6 +190,7 @@ pub async fn run(request: &RunRequest) -> anyhow::Result<RunOutcome> {
         (session.blocking.blocked_exits, session.blocking.walked_exits);
     session.on_cpu.finish();
     let on_cpu = session.on_cpu.report(&session.profile, &symbols);
+    let blocked_by_stage = session.blocking.by_stage(&session.profile, &symbols);
     let Session { profile, deferred, undecodable, .. } = session;
     let losses = Losses { kernel, undecodable, unfinished, hits: profile.lost_hits, probe_misses };
     let (elapsed, child, ended) = match stop {
@@ -211,6 +217,7 @@ pub async fn run(request: &RunRequest) -> anyhow::Result<RunOutcome> {
         blocked_exits,
         blocked_exits_walked,
         on_cpu,
+        blocked_by_stage,
         losses,
         kernel_cost,
         interrupted,
