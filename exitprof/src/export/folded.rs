@@ -31,9 +31,8 @@ pub fn encode_svg(set: &ExportSet) -> Result<Vec<u8>, EncodeError> {
     let mut options = inferno::flamegraph::Options::default();
     options.title = "exitprof: where exits compute and block".to_owned();
     options.subtitle = Some(format!(
-        "{}; kernel {}; widths in {UNIT}: on-cpu estimated from samples, off-cpu each exit's \
-         longest block",
-        set.describe(),
+        "kernel {}; widths in {UNIT}: on-cpu estimated from samples, off-cpu each exit's longest \
+         block",
         set.kernel
     ));
     options.count_name = UNIT.to_owned();
