@@ -280,7 +280,7 @@ mod tests {
 
     #[test]
     fn on_cpu_deltas_compare_stacks_of_stages_sampled_on_both_sides() {
-        use crate::analysis::on_cpu::{OnCpuIn, StageOnCpu};
+        use crate::analysis::on_cpu::{OnCpuIn, SampleCounts, StageOnCpu};
         let stage = |name: &str, stacks: &[(&str, f64)]| StageOnCpu {
             stage: name.to_owned(),
             samples: 10,
@@ -296,7 +296,7 @@ mod tests {
                 })
                 .collect(),
         };
-        let report = |stages| OnCpuReport { sampled: Default::default(), stages };
+        let report = |stages| OnCpuReport { sampled: SampleCounts::default(), stages };
         let yes = report(vec![
             stage("exit_files", &[("filp_close", 8_000.0), ("fput", 1_000.0)]),
             stage("only_on", &[("x", 5_000.0)]),

@@ -29,13 +29,13 @@ pub fn encode(set: &ExportSet) -> Vec<u8> {
 pub fn encode_svg(set: &ExportSet) -> Result<Vec<u8>, EncodeError> {
     let lines = lines(&set.stacks);
     let mut options = inferno::flamegraph::Options::default();
-    options.title = "exitprof: where exits compute and block".to_owned();
+    "exitprof: where exits compute and block".clone_into(&mut options.title);
     options.subtitle = Some(format!(
         "kernel {}; widths in {UNIT}: on-cpu estimated from samples, off-cpu each exit's longest \
          block",
         set.kernel
     ));
-    options.count_name = UNIT.to_owned();
+    UNIT.clone_into(&mut options.count_name);
     let mut svg = Vec::new();
     let drawn =
         inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut svg);

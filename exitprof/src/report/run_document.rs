@@ -238,7 +238,7 @@ fn stage_table_docs(
         );
         if let Some(sampled) = on_cpu.stages.iter().find(|s| s.stage == row.stage.name) {
             doc.on_cpu_samples = sampled.samples;
-            doc.on_cpu_mostly_in = sampled.mostly_in.clone();
+            doc.on_cpu_mostly_in.clone_from(&sampled.mostly_in);
             doc.on_cpu_in = sampled.stacks.iter().take(ON_CPU_IN_SHOWN).cloned().collect();
         }
         doc

@@ -277,7 +277,7 @@ fn on_cpu_table(doc: &RunDocument) -> String {
     let mut table =
         TextTable::new(["stage", "on CPU in", "samples", "of stage", "est. time"]).names_left(2);
     let mut sampled: Vec<&StageDoc> = doc.stages.iter().filter(|s| s.on_cpu_samples > 0).collect();
-    sampled.sort_by(|a, b| b.on_cpu_samples.cmp(&a.on_cpu_samples));
+    sampled.sort_by_key(|s| std::cmp::Reverse(s.on_cpu_samples));
     for stage in sampled {
         for (i, s) in stage.on_cpu_in.iter().take(ON_CPU_IN_PRINTED).enumerate() {
             table.add_row([

@@ -186,7 +186,7 @@ fn off_cpu_share(s: &StageDelta) -> f64 {
 mod tests {
     use super::*;
     use crate::analysis::{
-        on_cpu::{HotPath, StageOnCpu},
+        on_cpu::{HotPath, SampleCounts, StageOnCpu},
         stages::Stage,
     };
 
@@ -238,7 +238,7 @@ mod tests {
         let rows = [StageRow { stage: &mm, latency: &mm_l, share_of_exit: 0.9 }];
         let chain = ["unmap_vmas", "exit_mmap", "__mmput"].map(str::to_owned).to_vec();
         let on_cpu = OnCpuReport {
-            sampled: Default::default(),
+            sampled: SampleCounts::default(),
             stages: vec![StageOnCpu {
                 stage: mm.name.clone(),
                 samples: 40,
