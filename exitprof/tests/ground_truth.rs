@@ -9,15 +9,11 @@
 //! tens of ms), and emulation slows the kernel work itself as much as the probes, so shares keep
 //! their order. The thresholds are shares and ratios, never absolute times.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-    sync::OnceLock,
-};
+use std::path::Path;
 
 use serde_json::Value;
 
-use crate::support::{num, require_root, run_json};
+use crate::support::{c_program, num, require_root, run_json};
 
 /// A stage that is a function must hold more than this share of the exit time.
 const DOMINANT_SHARE: f64 = 0.6;
@@ -29,37 +25,9 @@ fn attach() -> String {
     std::env::var("EXITPROF_TEST_ATTACH").unwrap_or_else(|_| "auto".to_owned())
 }
 
-/// A ground-truth program, compiled once per test run with the system's C compiler.
-fn program(name: &str) -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    let dir = DIR.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ground-truth");
-        std::fs::create_dir_all(&dir).expect("a directory for the test programs");
-        dir
-    });
-    let source =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs").join(format!("{name}.c"));
-    let binary = dir.join(name);
-    let out = Command::new("cc")
-        .args(["-O2", "-Wall", "-pthread", "-o"])
-        .arg(&binary)
-        .arg(&source)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run cc to build {} (a C compiler is needed): {e}", source.display())
-        });
-    assert!(
-        out.status.success(),
-        "cc {}: {}",
-        source.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    binary
-}
-
 /// Profiles `program args` in the attach mode under test, sampling on-CPU stacks.
 fn profile(name: &str, args: &[&str]) -> Value {
-    let binary = program(name);
+    let binary = c_program(name);
     let attach = attach();
     let mut argv = vec!["--attach", &attach, "--sample-hz", SAMPLE_HZ, "--"];
     let binary = binary.to_str().expect("a UTF-8 path");

@@ -7,16 +7,7 @@
 // Writes to OUT how long the spinner spun (ns).
 //
 // usage: fifo_preempt MIB SPIN_MS OUT
-#define _GNU_SOURCE
-#include <pthread.h>
-#include <sched.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
+#include "ground_truth.h"
 
 static long spin_ns, spun_ns;
 static int cpu, exiting[2];
@@ -24,12 +15,6 @@ static volatile pid_t child;
 
 /// PF_EXITING in the flags of /proc/PID/stat (the 9th field): the task is in do_exit.
 #define PF_EXITING 0x4
-
-static long now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1000000000L + t.tv_nsec;
-}
 
 static int in_exit(pid_t pid) {
     char path[64], buf[1024];
@@ -56,15 +41,7 @@ static void *spinner(void *arg) {
         return NULL;
     while (!in_exit(child))
         ;
-    struct sched_param param = {.sched_priority = 50};
-    int err = pthread_setschedparam(pthread_self(), SCHED_FIFO, &param);
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    if (err != 0 || sched_setaffinity(0, sizeof(set), &set) != 0) {
-        fprintf(stderr, "cannot spin as SCHED_FIFO on CPU %d: %s\n", cpu, strerror(err));
-        exit(1);
-    }
+    realtime(cpu);
     long start = now_ns();
     while (now_ns() - start < spin_ns)
         ;
@@ -115,23 +92,13 @@ int main(int argc, char **argv) {
             perror("sched_setaffinity");
             _exit(1);
         }
-        char *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) {
-            perror("mmap");
-            _exit(1);
-        }
         // 4 KiB pages: the teardown takes long enough to be caught in.
-        madvise(p, bytes, MADV_NOHUGEPAGE);
-        memset(p, 1, bytes);
+        populated(bytes);
         if (write(exiting[1], "x", 1) != 1)
             _exit(1);
         _exit(0);
     }
-    int status;
-    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        fprintf(stderr, "child failed\n");
-        return 1;
-    }
+    wait_child(pid);
     pthread_join(t, NULL);
     FILE *out = fopen(argv[3], "w");
     if (!out) {

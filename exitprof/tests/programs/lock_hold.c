@@ -9,46 +9,20 @@
 // CLOCK_MONOTONIC, as the kernel's timestamps).
 //
 // usage: lock_hold MIB OUT
-#define _GNU_SOURCE
-#include <pthread.h>
-#include <sched.h>
+// First: it defines _GNU_SOURCE for every header.
+#include "ground_truth.h"
+
 #include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 
 static char *region;
 static size_t bytes;
 static atomic_long hold_start, exit_start;
 static atomic_int ready;
 
-static long now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1000000000L + t.tv_nsec;
-}
-
-/// Pins the calling thread to `cpu` as a real-time thread: it runs as soon as it can, whatever
-/// else the machine runs, so the times it takes are those of the lock.
-static void pin(int cpu) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    struct sched_param param = {.sched_priority = 50};
-    int err = pthread_setschedparam(pthread_self(), SCHED_FIFO, &param);
-    if (err != 0 || sched_setaffinity(0, sizeof(set), &set) != 0) {
-        fprintf(stderr, "cannot run as SCHED_FIFO on CPU %d: %s\n", cpu, strerror(err));
-        exit(1);
-    }
-}
-
 static void *exiter(void *arg) {
     (void)arg;
-    pin(1);
+    realtime(1);
     atomic_store(&ready, 1);
     while (atomic_load(&hold_start) == 0)
         ;
@@ -68,21 +42,14 @@ int main(int argc, char **argv) {
         return 2;
     }
     bytes = strtoul(argv[1], NULL, 10) << 20;
-    region = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (region == MAP_FAILED) {
-        perror("mmap");
-        return 1;
-    }
-    // 4 KiB pages: mprotect then walks an entry per page.
-    madvise(region, bytes, MADV_NOHUGEPAGE);
-    memset(region, 1, bytes);
+    region = populated(bytes);
     pthread_t t;
     if (pthread_create(&t, NULL, exiter, NULL) != 0) {
         fprintf(stderr, "pthread_create failed\n");
         return 1;
     }
     // Holder and exiter on CPUs of their own: the exiter must run while the holder computes.
-    pin(0);
+    realtime(0);
     while (atomic_load(&ready) == 0)
         ;
     atomic_store(&hold_start, now_ns());
