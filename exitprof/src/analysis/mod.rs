@@ -3,7 +3,8 @@
 //! and where they compute, and the statistics of repeated runs.
 //!
 //! Pure: no aya, no tokio, no I/O (`cargo xtask test` fails on any use of aya or tokio here).
-//! It reads the probe plan (`probes::plan`) and the kernel's exit-path table to name stages;
+//! It reads the probe plan (`probes::plan`) and the kernel's exit-path table to name stages,
+//! and a parsed kallsyms (`kernel::kallsyms`) to name the frames of kernel stacks;
 //! it must not import `run`, `report`, `export` or `cli` (its tests may check their figures
 //! against what `report` says of them).
 
