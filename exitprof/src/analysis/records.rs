@@ -404,6 +404,46 @@ pub(crate) mod tests {
         .to_vec()
     }
 
+    /// Encodes a sample the way the kernel side does.
+    pub(crate) fn encode_sample(sample: &CpuSample) -> Vec<u8> {
+        let mut stack = [0; SAMPLE_STACK_DEPTH];
+        let frames = sample.stack.len().min(SAMPLE_STACK_DEPTH);
+        stack[..frames].copy_from_slice(&sample.stack[..frames]);
+        let record = Sample {
+            pid: sample.pid,
+            n_hits: sample.n_hits,
+            exit_start_ns: sample.exit_start_ns,
+            ts_ns: sample.ts_ns,
+            stack_len: u32::try_from(frames).unwrap(),
+            cpu: 0,
+            stack,
+        };
+        // SAFETY: reading the record's own bytes; it has no padding.
+        unsafe {
+            std::slice::from_raw_parts(
+                std::ptr::from_ref::<Sample>(&record).cast::<u8>(),
+                size_of::<Sample>(),
+            )
+        }
+        .to_vec()
+    }
+
+    proptest! {
+        /// A sample decodes to what was encoded, and bytes of any other length to nothing.
+        #[test]
+        fn samples_decode_as_encoded(
+            pid in any::<u32>(),
+            n_hits in any::<u32>(),
+            times in any::<[u64; 2]>(),
+            stack in vec(any::<u64>(), 0..=SAMPLE_STACK_DEPTH),
+            junk in vec(any::<u8>(), 0..400),
+        ) {
+            let sample = CpuSample { pid, n_hits, exit_start_ns: times[0], ts_ns: times[1], stack };
+            prop_assert_eq!(decode_sample(&encode_sample(&sample)), Some(sample));
+            prop_assert_eq!(decode_sample(&junk).is_some(), junk.len() == size_of::<Sample>());
+        }
+    }
+
     /// Any deferred-work record: every kind and some that are none, pids and objects from a
     /// small range (so that they meet the exits of a test), any times.
     pub(crate) fn any_deferred() -> impl Strategy<Value = DeferredRecord> {

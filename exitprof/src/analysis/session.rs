@@ -88,7 +88,10 @@ mod tests {
     use super::*;
     use crate::{
         analysis::{
-            records::tests::{any_deferred, any_exit, encode_deferred, encode_exit},
+            records::{
+                CpuSample,
+                tests::{any_deferred, any_exit, encode_deferred, encode_exit, encode_sample},
+            },
             stages::tests::plan,
         },
         kernel::version::KernelVersion,
@@ -114,11 +117,13 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
         /// Whatever the kernel sends, in whatever order — hits in any order at any times,
-        /// deferred work before or after its exit, bytes that are no record — the session folds
-        /// it without a panic and counts every exit record as recorded or undecodable.
+        /// deferred work before or after its exit, samples before or after their exit's record,
+        /// bytes that are no record — the session folds it without a panic, counts every exit
+        /// record as recorded or undecodable, and every sample as joined, unjoined or unplaced.
         #[test]
         fn any_records_are_folded_or_counted(
             records in vec((any_exit_bytes(), any_deferred_bytes()), 0..40),
+            samples in vec((any::<u32>(), any::<bool>(), any::<u8>()), 0..40),
             ipc_exact in any::<bool>(),
         ) {
             let plan = plan(
@@ -130,13 +135,39 @@ mod tests {
             );
             let mut session = Session::new(&plan);
             session.deferred = DeferredWork::new(ipc_exact, ipc_exact, ipc_exact);
-            for (exit, deferred) in &records {
+            // Samples of the records' exits (by index), read before or after them; or junk.
+            let sample_of = |(index, before, n_hits): (u32, bool, u8)| {
+                let exit = Exit::decode(&records.get(index as usize % records.len().max(1))?.0).ok()?;
+                let start = exit.hits.first().map_or(0, |h| h.ts_ns);
+                let sample = CpuSample {
+                    pid: exit.pid,
+                    n_hits: u32::from(n_hits % 8),
+                    exit_start_ns: start,
+                    ts_ns: start,
+                    stack: vec![u64::from(n_hits)],
+                };
+                Some((index as usize % records.len(), before, encode_sample(&sample)))
+            };
+            let samples: Vec<(usize, bool, Vec<u8>)> =
+                samples.into_iter().filter_map(sample_of).collect();
+            for (i, (exit, deferred)) in records.iter().enumerate() {
+                for (_, _, bytes) in samples.iter().filter(|s| s.0 == i && s.1) {
+                    session.sample_record(bytes);
+                }
                 session.exit_record(exit);
                 session.deferred_record(deferred);
+                for (_, _, bytes) in samples.iter().filter(|s| s.0 == i && !s.1) {
+                    session.sample_record(bytes);
+                }
             }
+            session.sample_record(&[0; 7]);
+            session.on_cpu.finish();
+            let n = session.on_cpu.sampled;
+            prop_assert_eq!(n.joined + n.unjoined + n.unplaced, samples.len() as u64);
             let exits = records.iter().filter(|(e, _)| Exit::decode(e).is_ok()).count() as u64;
             let undecodable = records.iter().filter(|(e, _)| Exit::decode(e).is_err()).count()
-                + records.iter().filter(|(_, d)| decode_deferred(d).is_none()).count();
+                + records.iter().filter(|(_, d)| decode_deferred(d).is_none()).count()
+                + 1;
             prop_assert_eq!(session.profile.exits, exits);
             prop_assert_eq!(session.undecodable, undecodable as u64);
             let _ = (session.deferred.report(), session.profile.exit().summary());
