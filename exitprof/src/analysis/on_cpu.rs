@@ -29,9 +29,10 @@ const WAIT_LIMIT_NS: u64 = 30_000_000_000;
 const MAX_WAITING: usize = 200_000;
 /// How often (by the samples' clock) the waiting samples are swept for expired ones.
 const SWEEP_EVERY_NS: u64 = 1_000_000_000;
-/// Exits remembered for samples read after their record: far more than end between two reads
-/// of the ring buffers, even in a storm of a hundred thousand exits a second.
-const RECENT_EXITS: usize = 65_536;
+/// Exits remembered for samples read after their record (the samples' ring buffer is read right
+/// after the exits'): more than a full exit ring buffer holds (4 MiB of records of 370 bytes or
+/// more), in a few MiB.
+const RECENT_EXITS: usize = 16_384;
 
 /// The frame a sampled stack is cut at: the exit itself. Frames outside it (the syscall or
 /// signal delivery that called it) are the same for every exit and say nothing.
@@ -79,7 +80,7 @@ struct Waiting {
 pub struct OnCpu {
     waiting: HashMap<(u32, u64), Vec<Waiting>>,
     /// The stage of each span of the exits read last, by exit, oldest first in `recent_order`.
-    recent: HashMap<(u32, u64), Vec<usize>>,
+    recent: HashMap<(u32, u64), Box<[u16]>>,
     recent_order: VecDeque<(u32, u64)>,
     n_waiting: usize,
     newest_ns: u64,
@@ -123,7 +124,9 @@ impl OnCpu {
     pub fn exit(&mut self, exit: &Exit, spans: &[Span]) {
         let Some(start) = exit.hits.first() else { return };
         let key = (exit.pid, start.ts_ns);
-        let stages: Vec<usize> = spans.iter().map(|s| s.stage).collect();
+        // Stage indices are few (one per distinct name): u16 keeps the remembered exits small.
+        let stages: Box<[u16]> =
+            spans.iter().map(|s| u16::try_from(s.stage).unwrap_or(u16::MAX)).collect();
         let waiting = self.waiting.remove(&key).unwrap_or_default();
         self.n_waiting -= waiting.len();
         for w in waiting {
@@ -207,8 +210,8 @@ impl OnCpu {
 
 /// The stage of the span a sample taken after `n_hits` hits lies in (`None` when the exit's
 /// record lacks the hits that would place it).
-fn place(stages: &[usize], n_hits: u32) -> Option<usize> {
-    span_after(n_hits).and_then(|i| stages.get(i)).copied()
+fn place(stages: &[u16], n_hits: u32) -> Option<usize> {
+    span_after(n_hits).and_then(|i| stages.get(i)).map(|&s| usize::from(s))
 }
 
 /// A raw stack's function names, innermost first: frames starting with one of `innermost` (the
