@@ -231,3 +231,68 @@ fn an_exit_preempted_by_a_realtime_spinner_waits_runnable() {
     );
     assert!(doc["verdict"].as_str().unwrap().contains("runnable"), "{}", doc["verdict"]);
 }
+
+/// The flame graph exports of an mm teardown and a blocked thread: every folded line is
+/// `root;stage;frames weight`, the on-CPU lines add up to the sampled stages' on-CPU time, the
+/// off-CPU ones to the blocked time, and the picture draws the frames that matter.
+#[test]
+fn the_flame_graph_exports_hold_where_exits_computed_and_blocked() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let (folded, flame) = (dir.path().join("run.folded"), dir.path().join("run.flame.svg"));
+    let script = format!(
+        "{} 128 1 && {} 256 {}",
+        c_program("mm_teardown").display(),
+        c_program("lock_hold").display(),
+        dir.path().join("hold").display()
+    );
+    let attach = attach();
+    let doc = run_json(&[
+        "--attach",
+        &attach,
+        "--sample-hz",
+        SAMPLE_HZ,
+        "--export",
+        folded.to_str().unwrap(),
+        "--export",
+        flame.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let text = std::fs::read_to_string(&folded).unwrap();
+    let mut weights: std::collections::HashMap<&str, f64> = std::collections::HashMap::new();
+    for line in text.lines() {
+        let (stack, weight) = line.rsplit_once(' ').unwrap_or_else(|| panic!("no weight: {line}"));
+        let frames: Vec<&str> = stack.split(';').collect();
+        assert!(
+            frames.len() >= 3 && ["on-cpu", "off-cpu"].contains(&frames[0]),
+            "not root;stage;frames: {line}"
+        );
+        assert_eq!(frames[2], "do_exit", "stacks start at do_exit: {line}");
+        *weights.entry(frames[0]).or_default() += weight.parse::<f64>().unwrap();
+    }
+    // Each line is rounded to a microsecond.
+    let lines = text.lines().count() as f64;
+    let sampled_us: f64 = doc["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| num(s, "on_cpu_samples") > 0.0)
+        .map(|s| num(s, "total_ns") * (1.0 - num(s, "off_cpu_share")) / 1e3)
+        .sum();
+    let on = weights.get("on-cpu").copied().unwrap_or_default();
+    assert!((on - sampled_us).abs() <= lines, "on-cpu lines add up to {on} µs, not {sampled_us}");
+    let blocked_us: f64 =
+        doc["blocked_in"].as_array().unwrap().iter().map(|b| num(b, "total_ns") / 1e3).sum();
+    let off = weights.get("off-cpu").copied().unwrap_or_default();
+    assert!(
+        blocked_us > 0.0 && (off - blocked_us).abs() <= lines,
+        "off-cpu lines add up to {off} µs, the blocks to {blocked_us}"
+    );
+    let svg = std::fs::read_to_string(&flame).unwrap();
+    for frame in ["on-cpu", "off-cpu", "exit_mmap", "down_read"] {
+        assert!(svg.contains(frame), "{frame} is not in the flame graph");
+    }
+}
