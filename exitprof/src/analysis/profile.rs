@@ -163,15 +163,19 @@ mod tests {
             KernelVersion::new(6, 18, 0),
             &[
                 (SiteId::Marker(Marker::SysEnterExit), How::Tracepoint, "syscalls:sys_enter_exit"),
-                (SiteId::Marker(Marker::SchedProcessExit), How::BtfTracepoint, "sched_process_exit"),
+                (
+                    SiteId::Marker(Marker::SchedProcessExit),
+                    How::BtfTracepoint,
+                    "sched_process_exit",
+                ),
                 (SiteId::Marker(Marker::FinalSwitch), How::BtfTracepoint, "sched_switch"),
             ],
         ))
     }
 
     fn exit(flags: u32, times: [u64; 3]) -> Exit {
-        let points =
-            [Marker::SysEnterExit, Marker::SchedProcessExit, Marker::FinalSwitch].map(Point::Marker);
+        let points = [Marker::SysEnterExit, Marker::SchedProcessExit, Marker::FinalSwitch]
+            .map(Point::Marker);
         Exit {
             flags,
             hits: points
