@@ -14,6 +14,16 @@ fn runs_of(cost: &Value, program: &str) -> f64 {
     num(p, "runs")
 }
 
+/// The entry programs the run attached for `points` (a return probe does not start a stage).
+fn programs_of(doc: &Value, points: &[&str]) -> Vec<String> {
+    let probes = doc["probes"].as_array().expect("probes is a list");
+    probes
+        .iter()
+        .filter(|p| points.iter().any(|&point| p["point"] == point))
+        .filter_map(|p| p["programs"][0].as_str().map(str::to_owned))
+        .collect()
+}
+
 #[test]
 fn bpf_stats_count_the_programs_every_exit_runs() {
     require_root();
@@ -21,10 +31,22 @@ fn bpf_stats_count_the_programs_every_exit_runs() {
     let doc = run_json(&["--bpf-stats", "--threads", "20", "--reps", "2", "--stagger-us", "0"]);
     assert_eq!(num(&doc, "exits_recorded"), exits, "losses: {}", doc["losses"]);
     let cost = &doc["kernel_cost"];
-    // The tracepoints fire for every task on the machine; the storm's exits are among them.
-    for program in ["sys_enter_exit", "sched_process_exit", "sched_switch"] {
-        let runs = runs_of(cost, program);
-        assert!(runs >= exits, "{program} ran {runs} times for {exits} thread exits: {cost}");
+    // Whatever the mode, every exit runs a program for its start (do_exit, or the tracepoints
+    // that stand in for it), sched_process_exit, and the final switch's; they fire for every
+    // task on the machine, the storm's exits among them.
+    for (what, points) in [
+        ("the start of an exit", &["do_exit", "sys_enter_exit", "sys_enter_exit_group"][..]),
+        ("sched_process_exit", &["sched_process_exit"]),
+        ("the end of an exit", &["final switch"]),
+    ] {
+        let programs = programs_of(&doc, points);
+        assert!(
+            !programs.is_empty(),
+            "no program attached for {what} ({points:?}): {}",
+            doc["probes"]
+        );
+        let runs: f64 = programs.iter().map(|p| runs_of(cost, p)).sum();
+        assert!(runs >= exits, "{programs:?} ran {runs} times for {exits} thread exits: {cost}");
     }
     let programs = cost["programs"].as_array().unwrap();
     let sum = |key: &str| programs.iter().map(|p| num(p, key)).sum::<f64>();

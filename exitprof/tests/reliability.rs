@@ -1,8 +1,8 @@
 //! What exitprof leaves behind and how it ends: stopped by a signal in the middle of a storm
 //! (the workload killed and reaped, probes detached, conditions restored, partial results
-//! printed and exported), ended normally or with a failed workload (nothing left loaded), a
-//! forced attach mode the kernel lacks (refused before anything starts), losses that add up
-//! exactly, and workloads that die.
+//! printed and exported), ended normally or with a failed workload (nothing left loaded), each
+//! forced attach mode (refused before anything starts where the kernel lacks it, recording every
+//! exit where it has it), losses that add up exactly, and workloads that die.
 
 use std::{
     fs,
@@ -16,9 +16,9 @@ use std::{
 use serde_json::Value;
 
 use crate::support::{
-    BpfIds, Started, assert_nothing_left, assert_unloaded, become_subreaper, children_of, exitprof,
-    exitprof_kprobe_events, num, require_root, tracefs_instances, wait_for_sigint_handler,
-    wait_with_deadline,
+    BpfIds, FORCED_MODES, KernelOffers, Started, assert_nothing_left, assert_unloaded,
+    become_subreaper, children_of, exitprof, exitprof_kprobe_events, num, require_root, run_json,
+    tracefs_instances, wait_for_sigint_handler, wait_with_deadline,
 };
 
 /// exitprof's JSON document on stdout.
@@ -284,60 +284,103 @@ fn loaded_now() -> (Vec<u32>, Vec<u32>) {
     (programs.collect(), links.collect())
 }
 
-/// Whether the kernel has kprobes (this project's host kernel has not).
-fn has_kprobes() -> bool {
-    Path::new("/sys/bus/event_source/devices/kprobe").exists()
+/// A forced mode the kernel lacks: refused with status 1 before anything starts, the message
+/// naming what is missing and the modes this kernel has; in `plan`, a storm and a comparison.
+fn assert_refused(mode: &str, offers: KernelOffers) {
+    let storm = ["--attach", mode, "--threads", "5", "--reps", "1"];
+    let compare = ["compare", "--toggle", "probes", "--runs", "1"];
+    let missing = if mode == "kprobe" { "kprobes" } else { "fentry" };
+    for args in [vec!["plan", "--attach", mode], storm.to_vec(), [&compare[..], &storm].concat()] {
+        let (programs, links) = loaded_now();
+        let child = exitprof()
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("exitprof starts");
+        let pid = child.id();
+        let out = wait_with_deadline(child, Duration::from_secs(30), &format!("{args:?}"));
+        assert_status(&out, 1);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let said = stderr
+            .lines()
+            .find(|l| l.contains(&format!("--attach {mode}: ")))
+            .unwrap_or_else(|| {
+                panic!("{args:?}: stderr does not say why --attach {mode} is refused:\n{stderr}")
+            });
+        assert!(said.contains(missing), "{args:?}: the refusal does not name {missing}: {said}");
+        assert!(
+            said.ends_with(&offers.instead_of(mode)),
+            "{args:?} on a kernel with {offers:?}: {said}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?} printed a report");
+        // A workload child would have been left to us, or said that exitprof went away.
+        assert!(children_of(std::process::id()).is_empty(), "{args:?} left a process");
+        assert!(!stderr.contains("gate"), "{args:?}");
+        // Nothing was loaded: the machine has no program or link it did not have before.
+        let started = Instant::now();
+        loop {
+            let (p, l) = loaded_now();
+            let new_programs = p.iter().filter(|id| !programs.contains(id)).count();
+            let new_links = l.iter().filter(|id| !links.contains(id)).count();
+            if new_programs + new_links == 0 {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{args:?} (pid {pid}): {new_programs} programs and {new_links} links more than \
+                 before are loaded"
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A forced mode the kernel has: planned and attached as forced, every exit of a storm recorded.
+fn assert_works(mode: &str) {
+    let plan = run_json(&["plan", "--attach", mode]);
+    assert_eq!(plan["mode"], mode, "{plan}");
+    let storm = run_json(&["--attach", mode, "--threads", "5", "--reps", "1"]);
+    let (recorded, lost) = assert_every_exit_accounted(&storm, &format!("--attach {mode}"));
+    assert_eq!((recorded, lost), (5, 0), "--attach {mode}: {}", storm["losses"]);
+    for doc in [&plan["points"], &storm["probes"]] {
+        let probes = doc.as_array().expect("a list of probes");
+        for probe in probes {
+            let how = probe["how"].as_str().unwrap_or_default();
+            let forced = if mode == "tracepoint" {
+                how.ends_with("tracepoint")
+            } else {
+                how == mode || how.ends_with("tracepoint")
+            };
+            assert!(forced, "--attach {mode}: {probe}");
+        }
+        if mode != "tracepoint" {
+            let do_exit = probes.iter().find(|p| p["point"] == "do_exit");
+            assert_eq!(
+                do_exit.map(|p| &p["how"]),
+                Some(&Value::from(mode)),
+                "--attach {mode}: {doc}"
+            );
+        }
+    }
 }
 
 #[test]
-fn forced_modes_the_kernel_lacks_are_refused_before_anything_starts() {
+fn each_forced_mode_is_refused_or_works_as_the_kernel_offers() {
     require_root();
-    assert!(
-        !has_kprobes(),
-        "this test needs a host kernel without kprobes (and fentry), as the project's are"
-    );
     become_subreaper();
-    for (mode, names, instead) in [
-        ("kprobe", "this kernel has no kprobes", "use --attach tracepoint"),
-        ("fentry", "this kernel refuses to load fentry/fexit", "use --attach tracepoint"),
-    ] {
-        let storm = ["--attach", mode, "--threads", "5", "--reps", "1"];
-        let compare = ["compare", "--toggle", "probes", "--runs", "1"];
-        for args in
-            [vec!["plan", "--attach", mode], storm.to_vec(), [&compare[..], &storm].concat()]
-        {
-            let (programs, links) = loaded_now();
-            let child = exitprof()
-                .args(&args)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("exitprof starts");
-            let pid = child.id();
-            let out = wait_with_deadline(child, Duration::from_secs(30), &format!("{args:?}"));
-            assert_status(&out, 1);
-            assert_stderr_says(&out, &format!("--attach {mode}: {names}"));
-            assert_stderr_says(&out, instead);
-            assert!(out.stdout.is_empty(), "{args:?} printed a report");
-            // A workload child would have been left to us, or said that exitprof went away.
-            assert!(children_of(std::process::id()).is_empty(), "{args:?} left a process");
-            assert!(!String::from_utf8_lossy(&out.stderr).contains("gate"), "{args:?}");
-            // Nothing was loaded: the machine has no program or link it did not have before.
-            let started = Instant::now();
-            loop {
-                let (p, l) = loaded_now();
-                let new_programs = p.iter().filter(|id| !programs.contains(id)).count();
-                let new_links = l.iter().filter(|id| !links.contains(id)).count();
-                if new_programs + new_links == 0 {
-                    break;
-                }
-                assert!(
-                    started.elapsed() < Duration::from_secs(10),
-                    "{args:?} (pid {pid}): {new_programs} programs and {new_links} links more \
-                     than before are loaded"
-                );
-                thread::sleep(Duration::from_millis(50));
-            }
+    let offers = KernelOffers::probe();
+    // exitprof's calibration agrees with what the kernel offers.
+    let plan = run_json(&["plan"]);
+    for (feature, has) in [("kprobes", offers.kprobes), ("fentry", offers.fentry)] {
+        let said = plan[feature].as_str().unwrap_or_default();
+        assert_eq!(said == "yes", has, "the plan says {feature}: {said:?}; the kernel: {offers:?}");
+    }
+    for mode in FORCED_MODES {
+        if offers.has(mode) {
+            assert_works(mode);
+        } else {
+            assert_refused(mode, offers);
         }
     }
 }
@@ -345,20 +388,32 @@ fn forced_modes_the_kernel_lacks_are_refused_before_anything_starts() {
 #[test]
 fn the_plan_says_why_each_point_is_unavailable() {
     require_root();
+    let offers = KernelOffers::probe();
     let out = exitprof().args(["plan", "--json"]).output().expect("exitprof starts");
     assert_status(&out, 0);
     let plan = document(&out);
     let unavailable = plan["unavailable"].as_array().expect("an unavailable list");
-    assert!(!unavailable.is_empty(), "everything is available on a kernel without kprobes?");
+    // kfree, at least: it is attached for the ipcns workload only.
+    assert!(!unavailable.is_empty(), "no point is left out: {plan}");
     for point in unavailable {
         let reason = point["reason"].as_str().unwrap_or_default();
         assert!(reason.len() > 10, "no reason given: {point}");
     }
-    // On a host without kprobes and fentry, a function probe says both.
-    let do_exit = unavailable.iter().find(|p| p["point"] == "do_exit").expect("do_exit");
-    assert_eq!(do_exit["reason"], "no fentry on this kernel; no kprobes on this kernel");
+    // do_exit is probed the best way the kernel offers, or its absence names both missing modes.
     let points = plan["points"].as_array().unwrap();
-    let final_switch = points.iter().find(|p| p["point"] == "final switch").expect("the end");
+    let find = |list: &[Value], name: &str| list.iter().find(|p| p["point"] == name).cloned();
+    match (offers.fentry, offers.kprobes) {
+        (false, false) => {
+            let do_exit = find(unavailable, "do_exit").expect("do_exit among the unavailable");
+            let reason = do_exit["reason"].as_str().unwrap_or_default();
+            assert!(reason.contains("fentry") && reason.contains("kprobes"), "{do_exit}");
+        }
+        (fentry, _) => {
+            let do_exit = find(points, "do_exit").expect("do_exit among the planned points");
+            assert_eq!(do_exit["how"], if fentry { "fentry" } else { "kprobe" }, "{do_exit}");
+        }
+    }
+    let final_switch = find(points, "final switch").expect("the end");
     assert_eq!(final_switch["how"], "btf_tracepoint", "{final_switch}");
 }
 

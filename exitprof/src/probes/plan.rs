@@ -324,15 +324,14 @@ pub struct Wants {
 
 /// One point of the resolved plan.
 #[derive(Clone, Debug, Serialize)]
+#[serde(into = "PlannedJson")]
 pub struct Planned {
-    #[serde(skip)]
     pub site: SiteId,
     pub point: &'static str,
     pub how: How,
     /// The symbol or tracepoint attached to.
     pub target: String,
     /// Why this target and not the first candidate, when it is a fallback.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
 
@@ -340,6 +339,26 @@ impl Planned {
     /// The eBPF programs that implement this point, each with whether it is a return probe.
     pub fn programs(&self) -> Vec<(&'static str, bool)> {
         site_of(self.site).hook.programs(self.how)
+    }
+}
+
+/// A planned point as the documents show it, with the programs that implement it: the names
+/// `--bpf-stats` counts runs under.
+#[derive(Serialize)]
+struct PlannedJson {
+    point: &'static str,
+    how: How,
+    target: String,
+    programs: Vec<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
+}
+
+impl From<Planned> for PlannedJson {
+    fn from(planned: Planned) -> Self {
+        let programs = planned.programs().into_iter().map(|(program, _)| program).collect();
+        let Planned { point, how, target, note, .. } = planned;
+        Self { point, how, target, programs, note }
     }
 }
 
@@ -363,8 +382,8 @@ pub struct Plan {
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
-    #[error("--attach kprobe: {0}; use --attach tracepoint (or auto)")]
-    NoKprobes(String),
+    #[error("--attach kprobe: {why}; use {instead} (or auto)")]
+    NoKprobes { why: String, instead: &'static str },
     #[error("--attach fentry: {why}; use {instead} (or auto)")]
     NoFentry { why: String, instead: &'static str },
     #[error("no way to time the {what} of an exit on this kernel: {why}")]
@@ -374,15 +393,19 @@ pub enum PlanError {
 impl Plan {
     /// Resolves every site for the running kernel in the given mode.
     pub fn resolve(facts: &KernelFacts, mode: AttachMode, wants: Wants) -> Result<Self, PlanError> {
+        // A refusal names only the modes this kernel has.
+        let instead = |other: &Result<(), String>, other_mode| match other {
+            Ok(()) => other_mode,
+            Err(_) => "--attach tracepoint",
+        };
         match mode {
-            AttachMode::Kprobe => facts.kprobes.clone().map_err(PlanError::NoKprobes)?,
+            AttachMode::Kprobe => facts.kprobes.clone().map_err(|why| PlanError::NoKprobes {
+                why,
+                instead: instead(&facts.fentry, "--attach fentry or --attach tracepoint"),
+            })?,
             AttachMode::Fentry => facts.fentry.clone().map_err(|why| PlanError::NoFentry {
                 why,
-                // Only the modes this kernel has.
-                instead: match facts.kprobes {
-                    Ok(()) => "--attach kprobe or --attach tracepoint",
-                    Err(_) => "--attach tracepoint",
-                },
+                instead: instead(&facts.kprobes, "--attach kprobe or --attach tracepoint"),
             })?,
             AttachMode::Auto | AttachMode::Tracepoint => {}
         }
@@ -693,6 +716,9 @@ ffffffff810000a0 T release_task
         let with_kprobes = self::facts(KALLSYMS_6_12, true, false);
         let err = Plan::resolve(&with_kprobes, AttachMode::Fentry, WANTS).unwrap_err();
         assert!(err.to_string().contains("use --attach kprobe or --attach tracepoint"), "{err}");
+        let with_fentry = self::facts(KALLSYMS_6_12, false, true);
+        let err = Plan::resolve(&with_fentry, AttachMode::Kprobe, WANTS).unwrap_err();
+        assert!(err.to_string().contains("use --attach fentry or --attach tracepoint"), "{err}");
     }
 
     #[test]

@@ -403,3 +403,45 @@ pub fn c_program(name: &str) -> std::path::PathBuf {
     );
     binary
 }
+
+/// The attach modes the running kernel offers, found without exitprof's own calibration: the
+/// tests assert what this kernel has, whatever it is.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelOffers {
+    /// The kprobe PMU exists (`CONFIG_KPROBES`).
+    pub kprobes: bool,
+    /// A tracing (fentry) program loads: kernel BTF, BPF trampolines and an open function tracer.
+    pub fentry: bool,
+}
+
+/// Every `--attach` mode that forces one kind of probe.
+pub const FORCED_MODES: [&str; 3] = ["kprobe", "fentry", "tracepoint"];
+
+impl KernelOffers {
+    pub fn probe() -> Self {
+        let kprobes = std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists();
+        let fentry = std::path::Path::new("/sys/kernel/btf/vmlinux").exists()
+            && aya::sys::is_program_supported(aya::programs::ProgramType::Tracing).unwrap_or(false);
+        Self { kprobes, fentry }
+    }
+
+    /// Whether `mode`, one of [`FORCED_MODES`], works here (tracepoints always do).
+    pub fn has(self, mode: &str) -> bool {
+        match mode {
+            "kprobe" => self.kprobes,
+            "fentry" => self.fentry,
+            "tracepoint" => true,
+            _ => panic!("not an attach mode: {mode}"),
+        }
+    }
+
+    /// What a refusal of `mode` must advise: the other modes this kernel has.
+    pub fn instead_of(self, mode: &str) -> String {
+        let others: Vec<String> = FORCED_MODES
+            .iter()
+            .filter(|&&m| m != mode && self.has(m))
+            .map(|m| format!("--attach {m}"))
+            .collect();
+        format!("use {} (or auto)", others.join(" or "))
+    }
+}
