@@ -368,8 +368,15 @@ pub struct SweepArgs {
     #[command(flatten)]
     pub compare: CompareArgs,
     /// Stagger values (us) of the threads storm, one row each: a lower stagger is a higher exit
-    /// rate.
-    #[arg(long = "stagger", value_name = "US,US,...", value_delimiter = ',', required = true)]
+    /// rate. Each row sets the stagger, so --stagger-us and --rate (which would choose it and
+    /// leave the rows mislabelled) are refused.
+    #[arg(
+        long = "stagger",
+        value_name = "US,US,...",
+        value_delimiter = ',',
+        required = true,
+        conflicts_with_all = ["stagger_us", "rate"]
+    )]
     pub staggers: Vec<u32>,
 }
 
@@ -689,6 +696,19 @@ mod tests {
             let err = parse(args).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{args:?}");
             assert!(err.to_string().contains(flag), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_sweep_sets_the_stagger_itself() {
+        for (extra, flag) in
+            [(["--rate", "5000"], "--rate"), (["--stagger-us", "3"], "--stagger-us")]
+        {
+            let args = [&["sweep", "--toggle", "probes", "--stagger", "0,1"][..], &extra].concat();
+            let err = parse(&args).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{args:?}");
+            let text = err.to_string();
+            assert!(text.contains(flag) && text.contains("--stagger"), "{args:?}: {err}");
         }
     }
 
