@@ -77,6 +77,27 @@ fn a_pid_that_does_not_exist_is_refused() {
 }
 
 #[test]
+fn a_pid_that_is_a_thread_is_refused_naming_its_process() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tx.send(unsafe { libc::gettid() }).unwrap();
+        let _ = stopped.recv();
+    });
+    let tid = rx.recv().unwrap().to_string();
+    let process = std::process::id();
+    assert_refused_before_attaching(
+        &["--pid", &tid, "--duration", "1"],
+        &format!(
+            "--pid {tid} is a thread of process {process}, not a process: use --pid {process}"
+        ),
+    );
+    stop.send(()).unwrap();
+    thread.join().unwrap();
+}
+
+#[test]
 fn an_unreachable_rate_is_refused_with_the_rate_measured() {
     assert_refused_before_attaching(&["--rate", "1000000000"], "reached at most");
 }

@@ -111,6 +111,13 @@ pub fn prepare(target: &Target) -> anyhow::Result<(Prepared, Option<f64>)> {
             if !watch::process_exists(*pid) {
                 return Err(UsageError(format!("--pid {pid}: no such process")).into());
             }
+            // A thread is followed through its process only: name the process to watch.
+            if let Some(tgid) = watch::thread_group_of(*pid).filter(|tgid| tgid != pid) {
+                return Err(UsageError(format!(
+                    "--pid {pid} is a thread of process {tgid}, not a process: use --pid {tgid}"
+                ))
+                .into());
+            }
             Ok((Prepared::Pid(*pid), None))
         }
         Target::Comm(name) => {

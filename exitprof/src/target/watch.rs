@@ -9,6 +9,13 @@ pub fn process_exists(pid: u32) -> bool {
     rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
+/// The thread group (process) `pid` belongs to, from `/proc/PID/status`: `pid` itself for a
+/// process, its leader's pid for another thread. `None` when it cannot be read.
+pub fn thread_group_of(pid: u32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|t| t.trim().parse().ok())
+}
+
 /// The processes below `pid` in the process tree now, parents before their children.
 pub fn descendants(pid: u32) -> io::Result<Vec<u32>> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
