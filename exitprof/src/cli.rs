@@ -209,7 +209,8 @@ pub struct ThreadsArgs {
     /// Repetitions.
     #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
     pub reps: u32,
-    /// Thread i of N sleeps (N-i)*stagger microseconds before it exits.
+    /// Thread i of N sleeps (N-i)*stagger microseconds before it exits; N*stagger, the longest
+    /// sleep, is at most 60 s.
     #[arg(
         long,
         value_name = "US",

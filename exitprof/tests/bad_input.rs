@@ -98,6 +98,14 @@ fn a_pid_that_is_a_thread_is_refused_naming_its_process() {
 }
 
 #[test]
+fn a_stagger_beyond_a_minute_of_sleep_is_refused() {
+    assert_refused_before_attaching(
+        &["--threads", "1000", "--stagger-us", "100000", "--reps", "1"],
+        "the longest sleep, threads x stagger, is at most 60 s",
+    );
+}
+
+#[test]
 fn an_unreachable_rate_is_refused_with_the_rate_measured() {
     assert_refused_before_attaching(&["--rate", "1000000000"], "reached at most");
 }

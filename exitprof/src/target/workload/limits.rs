@@ -45,7 +45,7 @@ pub enum Memory {
 }
 
 /// A storm the machine cannot run.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error, PartialEq)]
 pub enum LimitError {
     #[error(
         "{what} needs {needed} tasks at once, but kernel.threads-max is {max} and {now} tasks \
@@ -72,7 +72,17 @@ pub enum LimitError {
          for kernel stack, task and touched stack pages), but MemAvailable is {available_mib} MiB"
     )]
     Memory { threads: u64, per_thread_kib: u64, needed_mib: u64, available_mib: u64 },
+    #[error(
+        "--stagger-us {stagger_us} with {threads} threads: the first would sleep {longest_s:.1} s \
+         before it exits, each rep; the longest sleep, threads x stagger, is at most \
+         {MAX_SLEEP_S} s"
+    )]
+    StaggerTooLong { stagger_us: u32, threads: u32, longest_s: f64 },
 }
+
+/// The longest a threads storm's first thread may sleep before it exits, (N-0) x stagger: a
+/// storm is about exits close together, and a longer one only looks hung.
+pub const MAX_SLEEP_S: u64 = 60;
 
 /// What a storm asks of the machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,6 +121,13 @@ fn needs(storm: &Storm) -> Needs {
 /// Fails when the machine cannot run `storm`.
 pub fn check(storm: &Storm, limits: &SystemLimits) -> Result<(), LimitError> {
     const MIB: u64 = 1 << 20;
+    if let Storm::Threads(ThreadsParams { threads, stagger_us, .. }) = *storm {
+        let longest_us = u64::from(threads) * u64::from(stagger_us);
+        if longest_us > MAX_SLEEP_S * 1_000_000 {
+            let longest_s = longest_us as f64 / 1e6;
+            return Err(LimitError::StaggerTooLong { stagger_us, threads, longest_s });
+        }
+    }
     let n = needs(storm);
     let what = || n.what.clone();
     if limits.tasks_now + n.tasks > limits.threads_max {
@@ -278,6 +295,22 @@ mod tests {
 
     fn threads(threads: u32) -> Storm {
         Storm::Threads(ThreadsParams { threads, reps: 10, stagger_us: 2, rate: None })
+    }
+
+    #[test]
+    fn the_longest_sleep_of_a_threads_storm_is_bounded() {
+        let storm = |threads, stagger_us| {
+            Storm::Threads(ThreadsParams { threads, reps: 1, stagger_us, rate: None })
+        };
+        assert_eq!(check(&storm(1000, 60_000), &roomy()), Ok(()));
+        let err = check(&storm(1000, 60_001), &roomy()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--stagger-us 60001 with 1000 threads: the first would sleep 60.0 s before it exits, \
+             each rep; the longest sleep, threads x stagger, is at most 60 s"
+        );
+        // No overflow at the extremes.
+        assert!(check(&storm(u32::MAX, u32::MAX), &roomy()).is_err());
     }
 
     fn ipcns(count: u32, parallel: u32) -> Storm {
