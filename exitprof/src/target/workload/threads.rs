@@ -4,7 +4,9 @@
 //! mapped for every thread, and its bookkeeping), which would be charged to the storm.
 
 use std::{
-    io, ptr,
+    io,
+    mem::MaybeUninit,
+    ptr,
     time::{Duration, Instant},
 };
 
@@ -66,17 +68,24 @@ fn rep(
     let mut create_error = None;
     for i in 0..threads {
         let sleep_ns = u64::from(threads - i).saturating_mul(stagger_ns);
-        let mut handle: libc::pthread_t = 0;
+        // pthread_t is an integer in glibc and a pointer in musl: written by pthread_create.
+        let mut handle = MaybeUninit::<libc::pthread_t>::uninit();
         // SAFETY: `sleep_then_exit` takes its argument by value (an integer in a pointer) and
         // the default attributes are used.
         let rc = unsafe {
-            libc::pthread_create(&raw mut handle, ptr::null(), sleep_then_exit, sleep_ns as *mut _)
+            libc::pthread_create(
+                handle.as_mut_ptr(),
+                ptr::null(),
+                sleep_then_exit,
+                sleep_ns as *mut _,
+            )
         };
         if rc != 0 {
             create_error = Some(io::Error::from_raw_os_error(rc));
             break;
         }
-        handles.push(handle);
+        // SAFETY: pthread_create succeeded, so it wrote the handle.
+        handles.push(unsafe { handle.assume_init() });
         report.created += 1;
     }
     for &handle in handles.iter() {
