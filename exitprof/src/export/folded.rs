@@ -5,7 +5,9 @@
 //! Two roots, one unit: `on-cpu;STAGE;do_exit;...` weighs each sampled stack by the on-CPU time
 //! it stands for (its share of its stage's samples times the stage's on-CPU time), and
 //! `off-cpu;STAGE;do_exit;...` each stack where exits blocked by the blocked time (each exit's
-//! longest block). Both in microseconds, so widths compare across the two roots.
+//! longest block). Both in microseconds, so widths compare across the two roots. A stack the
+//! kernel could not unwind (a sample in a probe's trampoline, say) is `[unknown]`, as flame
+//! graphs name such frames.
 
 use std::fmt::Write as _;
 
@@ -62,6 +64,10 @@ fn lines(stacks: &[WeightedStack]) -> Vec<String> {
                 StackKind::OffCpu => "off-cpu",
             };
             let _ = write!(line, "{root};{}", frame(&s.stage));
+            if s.frames.is_empty() {
+                // A stack the kernel could not unwind, as flame graphs name it.
+                line.push_str(";[unknown]");
+            }
             for f in s.frames.iter().rev() {
                 let _ = write!(line, ";{}", frame(f));
             }
@@ -96,7 +102,7 @@ mod tests {
     }
 
     #[test]
-    fn stacks_fold_outermost_first_under_their_root_and_stage() {
+    fn stacks_fold_outermost_first_under_their_root_and_stage_unwound_or_not() {
         let mut on =
             stack(StackKind::OnCpu, "exit_mm…exit_thread", &["zap_pte_range", "do_exit"], 812);
         on.variant =
@@ -110,12 +116,14 @@ mod tests {
                 9,
             ),
             stack(StackKind::OnCpu, "a stage; odd", &["f"], 0),
+            stack(StackKind::OnCpu, "exit_mm", &[], 3),
         ]);
         let text = String::from_utf8(encode(&set)).unwrap();
         assert_eq!(
             text,
             "condition=on_row=stagger=2;on-cpu;exit_mm…exit_thread;do_exit;zap_pte_range 812\n\
-             off-cpu;exit_mm;do_exit;down_read;rwsem_down_read_slowpath 9\n"
+             off-cpu;exit_mm;do_exit;down_read;rwsem_down_read_slowpath 9\n\
+             on-cpu;exit_mm;[unknown] 3\n"
         );
     }
 
