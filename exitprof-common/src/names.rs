@@ -156,6 +156,8 @@ pub mod programs {
     pub const X86_FPU_DROPPED: &str = "x86_fpu_dropped";
     /// `tp_btf/sched_switch`.
     pub const SCHED_SWITCH: &str = "sched_switch";
+    /// `tp_btf/sched_switch`, empty: the floor of any program there (`exitprof __floor`).
+    pub const SCHED_SWITCH_FLOOR: &str = "sched_switch_floor";
     /// `tp_btf/workqueue_queue_work`.
     pub const WORKQUEUE_QUEUE_WORK: &str = "workqueue_queue_work";
     /// `tp_btf/workqueue_execute_start`.

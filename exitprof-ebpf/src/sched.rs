@@ -53,6 +53,14 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
+/// An empty program on `sched_switch`, attached alone by `exitprof __floor`: what any program
+/// there costs each context switch of the machine (the tracepoint's dispatch and a program's
+/// call), the floor the benchmark shows beside [`sched_switch`]'s own cost.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch_floor(_ctx: BtfTracePointContext) -> i32 {
+    0
+}
+
 /// The exiting task `prev` (the current task) leaves its CPU: for good in `TASK_DEAD`, else for
 /// a while. A block's kernel stack is taken now, while the task is current: walked later, from
 /// another task, the kernel's unwinder would leave out the lock and wait functions (`__sched`

@@ -58,6 +58,10 @@ pub enum Command {
     /// restores it and prints what it saw as one JSON line (internal: the tests use it).
     #[command(name = "__condition", hide = true)]
     Condition(HoldArgs),
+    /// Attaches only an empty program to sched_switch until SIGINT or SIGTERM (internal: the
+    /// benchmark measures the floor of any program there with it).
+    #[command(name = "__floor", hide = true)]
+    Floor,
 }
 
 #[derive(Debug, Args)]

@@ -47,6 +47,7 @@ fn main() -> ExitCode {
         Some(Command::Condition(args)) => {
             hold::run(args.condition, args.side, args.options.options(), &args.command)
         }
+        Some(Command::Floor) => runtime().and_then(|rt| rt.block_on(probes::floor::hold())),
         Some(Command::Compare(args)) => {
             compare_and_report(&args.request(None).unwrap_or_else(|usage| usage.exit()))
         }
@@ -87,9 +88,7 @@ fn print_plan(probes: ProbeOptions, json: bool) -> anyhow::Result<()> {
 }
 
 fn run_and_report(request: &RunRequest) -> anyhow::Result<()> {
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
-    let outcome = runtime.block_on(run::run(request))?;
+    let outcome = runtime()?.block_on(run::run(request))?;
     let doc = RunDocument::new(&outcome);
     if doc.lost > 0 {
         // Said in the report too; here also for those who read only the exports.
@@ -123,11 +122,14 @@ fn run_and_report(request: &RunRequest) -> anyhow::Result<()> {
 }
 
 fn compare_and_report(request: &CompareRequest) -> anyhow::Result<()> {
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
-    let report = runtime.block_on(compare::run(request))?;
+    let report = runtime()?.block_on(compare::run(request))?;
     let text = if request.run.json { format!("{}\n", report.document) } else { report.text };
     publish(&text, &request.run.exports, || report.export_set, report.interrupted)
+}
+
+/// The runtime of runs and comparisons: their work is waiting, one worker does it.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?)
 }
 
 /// Prints the report, then writes the exports (an interrupted run's too: they say it is

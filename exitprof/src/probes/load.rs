@@ -28,7 +28,8 @@ use crate::{
 };
 
 /// The eBPF object, built from `exitprof-ebpf` by the build script.
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/exitprof"));
+pub(super) static OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/exitprof"));
 
 /// Fails when this binary was built without its eBPF object.
 pub fn ensure_object_embedded() -> anyhow::Result<()> {

@@ -6,6 +6,7 @@
 //! Must not import `run`, `analysis`, `report`, `export` or `cli`: it knows how to probe, not
 //! what a run does with the records.
 
+pub mod floor;
 pub mod kprobe_events;
 pub mod load;
 pub mod maps;

@@ -1,0 +1,33 @@
+//! `exitprof __floor`: an empty program on `sched_switch`, attached alone until SIGINT or
+//! SIGTERM, so that the benchmark can measure what any program there costs every context switch
+//! of the machine, beside what exitprof's own costs.
+
+use anyhow::Context as _;
+use aya::{Btf, EbpfLoader, programs::BtfTracePoint};
+use exitprof_common::names::programs;
+
+use super::load::{OBJECT, ensure_object_embedded};
+use crate::target::signals::Signals;
+
+/// Attaches the empty program and holds it until SIGINT or SIGTERM.
+pub async fn hold() -> anyhow::Result<()> {
+    ensure_object_embedded()?;
+    let mut signals = Signals::new()?;
+    let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
+    let mut ebpf = EbpfLoader::new()
+        .btf(Some(&btf))
+        .allow_unsupported_maps()
+        .load(OBJECT)
+        .context("loading exitprof's eBPF object")?;
+    let program: &mut BtfTracePoint = ebpf
+        .program_mut(programs::SCHED_SWITCH_FLOOR)
+        .context("the eBPF object has no empty sched_switch program")?
+        .try_into()?;
+    program.load(programs::SCHED_SWITCH, &btf).context("loading the empty sched_switch program")?;
+    program.attach().context("attaching the empty sched_switch program")?;
+    // The line the benchmark waits for, as for any run that watches.
+    eprintln!("exitprof: watching: an empty program on sched_switch, until SIGINT or SIGTERM");
+    signals.next().await;
+    // Dropping the object detaches the program.
+    Ok(())
+}
