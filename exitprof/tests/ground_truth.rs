@@ -13,22 +13,19 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::support::{c_program, num, require_root, run_json};
+use crate::support::{attach_mode, c_program, num, require_root, run_json};
 
+/// The frame of a stack the kernel could not unwind, as flame graphs name it.
+const UNKNOWN: &str = "[unknown]";
 /// A stage that is a function must hold more than this share of the exit time.
 const DOMINANT_SHARE: f64 = 0.6;
 /// Sampling rate for these tests: exits of tens of ms get some hundred samples each.
 const SAMPLE_HZ: &str = "4999";
 
-/// The attach mode the tests run in.
-fn attach() -> String {
-    std::env::var("EXITPROF_TEST_ATTACH").unwrap_or_else(|_| "auto".to_owned())
-}
-
 /// Profiles `program args` in the attach mode under test, sampling on-CPU stacks.
 fn profile(name: &str, args: &[&str]) -> Value {
     let binary = c_program(name);
-    let attach = attach();
+    let attach = attach_mode();
     let mut argv = vec!["--attach", &attach, "--sample-hz", SAMPLE_HZ, "--"];
     let binary = binary.to_str().expect("a UTF-8 path");
     argv.push(binary);
@@ -161,8 +158,10 @@ fn a_thread_blocked_on_mmap_lock_is_named_with_its_block() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("hold");
-    // 384 MiB: mprotect holds mmap_lock for writing some 10 ms here.
-    let doc = profile("lock_hold", &["384", out.to_str().unwrap()]);
+    // 768 MiB: mprotect holds mmap_lock for writing some 20 ms here, and under emulation long
+    // enough to outweigh some 30 probe hits of ~100 µs each (fentry on 6.12: 13 ms of hold
+    // came to 54 % of the exit with 384 MiB).
+    let doc = profile("lock_hold", &["768", out.to_str().unwrap()]);
     let remaining = measured(&out, "remaining_ns");
     let stage = assert_holds(&doc, "exit_mm");
     let (off, runq) = (num(&stage, "off_cpu_share"), num(&stage, "runq_share"));
@@ -207,8 +206,11 @@ fn an_exit_preempted_by_a_realtime_spinner_waits_runnable() {
     let spun = measured(&out, "spun_ns");
     let stage = assert_holds(&doc, "exit_mm");
     let (off, runq) = (num(&stage, "off_cpu_share"), num(&stage, "runq_share"));
+    // Its off-CPU time is all runnable and at least the spin (below); how it compares with the
+    // teardown's on-CPU time depends on the machine (under emulation the teardown is the
+    // longer), so no share of the stage is required of it.
     assert!(
-        off > 0.5 && runq > 0.8,
+        runq > 0.8,
         "stage {} is {off:.2} off-CPU, {runq:.2} of that runnable:\n{}",
         stage["name"],
         stages_table(&doc)
@@ -246,7 +248,7 @@ fn the_flame_graph_exports_hold_where_exits_computed_and_blocked() {
         c_program("lock_hold").display(),
         dir.path().join("hold").display()
     );
-    let attach = attach();
+    let attach = attach_mode();
     let doc = run_json(&[
         "--attach",
         &attach,
@@ -263,6 +265,7 @@ fn the_flame_graph_exports_hold_where_exits_computed_and_blocked() {
     ]);
     let text = std::fs::read_to_string(&folded).unwrap();
     let mut weights: std::collections::HashMap<&str, f64> = std::collections::HashMap::new();
+    let mut unknown = 0.0;
     for line in text.lines() {
         let (stack, weight) = line.rsplit_once(' ').unwrap_or_else(|| panic!("no weight: {line}"));
         let frames: Vec<&str> = stack.split(';').collect();
@@ -270,8 +273,13 @@ fn the_flame_graph_exports_hold_where_exits_computed_and_blocked() {
             frames.len() >= 3 && ["on-cpu", "off-cpu"].contains(&frames[0]),
             "not root;stage;frames: {line}"
         );
-        assert_eq!(frames[2], "do_exit", "stacks start at do_exit: {line}");
-        *weights.entry(frames[0]).or_default() += weight.parse::<f64>().unwrap();
+        // A sample the kernel could not unwind (in a probe's trampoline, say) has no frames.
+        assert!(["do_exit", UNKNOWN].contains(&frames[2]), "stacks start at do_exit: {line}");
+        let weight = weight.parse::<f64>().unwrap();
+        *weights.entry(frames[0]).or_default() += weight;
+        if frames[2] == UNKNOWN {
+            unknown += weight;
+        }
     }
     // Each line is rounded to a microsecond.
     let lines = text.lines().count() as f64;
@@ -284,6 +292,7 @@ fn the_flame_graph_exports_hold_where_exits_computed_and_blocked() {
         .sum();
     let on = weights.get("on-cpu").copied().unwrap_or_default();
     assert!((on - sampled_us).abs() <= lines, "on-cpu lines add up to {on} µs, not {sampled_us}");
+    assert!(unknown < 0.1 * on, "{unknown} µs of {on} on-CPU in stacks not unwound:\n{text}");
     let blocked_us: f64 =
         doc["blocked_in"].as_array().unwrap().iter().map(|b| num(b, "total_ns") / 1e3).sum();
     let off = weights.get("off-cpu").copied().unwrap_or_default();

@@ -6,13 +6,13 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use crate::support::{num, require_root};
+use crate::support::{exitprof_path, num, require_root};
 
 /// Runs `exitprof ARGS` as pid 1's child in a new PID namespace with its own /proc.
 fn in_pid_namespace(script: &str) -> Output {
     Command::new("unshare")
         .args(["--pid", "--fork", "--mount-proc", "sh", "-c", script])
-        .env("EXITPROF", env!("CARGO_BIN_EXE_exitprof"))
+        .env("EXITPROF", exitprof_path())
         .output()
         .expect("unshare (util-linux) runs")
 }
@@ -89,7 +89,7 @@ fn a_user_namespace_of_its_own_is_refused_with_a_clear_error() {
     require_root();
     let out = Command::new("unshare")
         .args(["--user", "--map-root-user"])
-        .arg(env!("CARGO_BIN_EXE_exitprof"))
+        .arg(exitprof_path())
         .args(["--threads", "10", "--reps", "1", "--json"])
         .output()
         .expect("unshare (util-linux) runs");

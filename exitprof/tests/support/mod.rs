@@ -15,9 +15,22 @@ pub fn require_root() {
     );
 }
 
-/// The exitprof binary under test.
+/// The exitprof binary under test: cargo's, or `EXITPROF_TEST_BINARY` where the tests run
+/// away from the build (in the VM tests' guests).
+pub fn exitprof_path() -> std::path::PathBuf {
+    std::env::var_os("EXITPROF_TEST_BINARY")
+        .map_or_else(|| env!("CARGO_BIN_EXE_exitprof").into(), Into::into)
+}
+
+/// A command of the exitprof binary under test.
 pub fn exitprof() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_exitprof"))
+    Command::new(exitprof_path())
+}
+
+/// The `--attach` mode the tests of attribution run in: `EXITPROF_TEST_ATTACH`, `auto` when
+/// unset, so that the same checks run on kernels with and without kprobes and fentry.
+pub fn attach_mode() -> String {
+    std::env::var("EXITPROF_TEST_ATTACH").unwrap_or_else(|_| "auto".to_owned())
 }
 
 /// Runs exitprof with `args` and returns its output, whatever the status.
@@ -383,8 +396,14 @@ pub fn assert_nothing_left(run: &Started) {
 }
 
 /// A test program of `exitprof/tests/programs/`, compiled with `cc -O2 -pthread` once per test
-/// binary run (into cargo's scratch directory for integration tests).
+/// binary run (into cargo's scratch directory for integration tests); where the tests run away
+/// from the build, prebuilt in the directory `EXITPROF_TEST_PROGRAMS` names.
 pub fn c_program(name: &str) -> std::path::PathBuf {
+    if let Some(dir) = std::env::var_os("EXITPROF_TEST_PROGRAMS") {
+        let binary = std::path::Path::new(&dir).join(name);
+        assert!(binary.exists(), "{} is missing from EXITPROF_TEST_PROGRAMS", binary.display());
+        return binary;
+    }
     let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/programs")
         .join(format!("{name}.c"));
