@@ -5,16 +5,20 @@
 //! so no kernel message can land in the middle of a JSON document. Each report line that is not
 //! a scenario's output starts with [`MARKER`].
 
-use super::scenarios::Scenario;
+use super::{
+    scenarios::Scenario,
+    suite::{GuestTests, PROGRAMS, TEST_BINARY},
+};
 
 /// Starts every line of the report that is not a scenario's own output.
 const MARKER: &str = "@@exitprof-vm";
 
 /// Busybox applets `/init` uses, linked into `/bin`.
-pub const APPLETS: &[&str] = &["sh", "mount", "cat", "uname", "poweroff"];
+pub const APPLETS: &[&str] = &["sh", "mount", "cat", "uname", "poweroff", "true"];
 
-/// The guest's `/init`: mounts what exitprof needs, runs every scenario, powers off.
-pub fn init_script(scenarios: &[Scenario]) -> String {
+/// The guest's `/init`: mounts what exitprof needs, runs every scenario, then the integration
+/// tests, powers off.
+pub fn init_script(scenarios: &[Scenario], tests: &[GuestTests]) -> String {
     let mut script = format!(
         r#"#!/bin/sh
 mount -t proc proc /proc
@@ -25,31 +29,51 @@ mount -t tracefs tracefs /sys/kernel/tracing
 mount -t debugfs debugfs /sys/kernel/debug
 exec 3>/dev/ttyS1
 report() {{ echo; echo "{MARKER} $*"; }} >&3
-scenario() {{
+reported() {{
   name=$1
   shift
   report begin "$name"
-  /bin/exitprof "$@" >/tmp/stdout 2>/tmp/stderr
+  "$@" >/tmp/stdout 2>/tmp/stderr
   status=$?
   cat /tmp/stdout >&3
   report stderr "$name"
   cat /tmp/stderr >&3
   report end "$name" "$status"
 }}
+scenario() {{
+  name=$1
+  shift
+  reported "$name" /bin/exitprof "$@"
+}}
+export EXITPROF_TEST_BINARY=/bin/exitprof EXITPROF_TEST_PROGRAMS={PROGRAMS}
+tests() {{
+  name=$1
+  export EXITPROF_TEST_ATTACH=$2
+  shift 2
+  reported "$name" {TEST_BINARY} --test-threads=1 --nocapture "$@"
+}}
 report kernel "$(uname -r)"
 "#
     );
     for s in scenarios {
-        script.push_str("scenario ");
-        script.push_str(s.name);
-        for arg in s.args {
-            script.push(' ');
-            script.push_str(&shell_quote(arg));
-        }
-        script.push('\n');
+        script.push_str(&shell_line(&["scenario", s.name], s.args));
+    }
+    for t in tests {
+        script.push_str(&shell_line(&["tests", t.name, t.attach], t.filters));
     }
     script.push_str("report done\npoweroff -f\n");
     script
+}
+
+/// `words` (safe as they are) and `args`, quoted, as one line of the script.
+fn shell_line(words: &[&str], args: &[&str]) -> String {
+    let mut line = words.join(" ");
+    for arg in args {
+        line.push(' ');
+        line.push_str(&shell_quote(arg));
+    }
+    line.push('\n');
+    line
 }
 
 fn shell_quote(arg: &str) -> String {
@@ -174,10 +198,26 @@ mod tests {
     }
 
     #[test]
-    fn the_init_script_runs_every_scenario() {
+    fn the_init_script_runs_every_scenario_and_test() {
         let scenarios = [Scenario { name: "a", args: &["--x", "1"], check: |_, _| {} }];
-        let script = init_script(&scenarios);
-        assert!(script.contains("\nscenario a '--x' '1'\n"), "{script}");
+        let tests = [GuestTests { name: "b", attach: "fentry", filters: &["m::"] }];
+        let script = init_script(&scenarios, &tests);
+        assert!(script.contains("\nscenario a '--x' '1'\ntests b fentry 'm::'\n"), "{script}");
         assert!(script.ends_with("report done\npoweroff -f\n"), "{script}");
+    }
+
+    #[test]
+    fn names_are_safe_in_the_guest_shell() {
+        let scenarios = super::super::scenarios::SCENARIOS.iter().map(|s| s.name);
+        let tests = super::super::suite::GUEST_TESTS.iter().flat_map(|t| [t.name, t.attach]);
+        for name in scenarios.chain(tests) {
+            assert!(
+                !name.is_empty()
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+                "{name:?}"
+            );
+        }
     }
 }

@@ -2,9 +2,11 @@
 //! modes the developers' own kernel lacks.
 //!
 //! Steps: make sure qemu and busybox are installed; fetch the newest Debian kernel of each
-//! series (cached); build exitprof; pack it with busybox into an initramfs whose `/init` runs
-//! every [scenario](scenarios::SCENARIOS); boot each kernel (concurrently: on two cores that is
-//! about twice as fast as one after the other); check each scenario's JSON document.
+//! series (cached); build exitprof and its integration tests static; pack them with busybox
+//! into an initramfs whose `/init` runs every [scenario](scenarios::SCENARIOS) and then
+//! [a subset of the integration tests](suite::GUEST_TESTS) in the attach modes the host lacks;
+//! boot each kernel (concurrently: on two cores that is about twice as fast as one after the
+//! other); check each scenario's JSON document and each test run's summary.
 
 mod cpio;
 mod guest;
@@ -13,6 +15,7 @@ mod kernels;
 mod packages;
 mod qemu;
 mod scenarios;
+mod suite;
 
 use std::{
     thread,
@@ -27,8 +30,9 @@ use self::{
     kernels::{Kernel, Series},
     qemu::Boot,
     scenarios::{Checks, SCENARIOS, Scenario},
+    suite::GUEST_TESTS,
 };
-use crate::command::{cargo, workspace_root};
+use crate::command::workspace_root;
 
 #[derive(Args, Default)]
 pub struct VmTestArgs {
@@ -41,6 +45,9 @@ pub struct VmTestArgs {
 /// The margin is for busy machines.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(60);
 const SCENARIO_TIMEOUT: Duration = Duration::from_secs(60);
+/// A run of the integration tests in the guest: each test runs exitprof a few times, some
+/// thirty.
+const TESTS_TIMEOUT: Duration = Duration::from_secs(300);
 
 pub fn vm_test(args: &VmTestArgs) -> anyhow::Result<()> {
     let started = Instant::now();
@@ -54,15 +61,17 @@ pub fn vm_test(args: &VmTestArgs) -> anyhow::Result<()> {
     }
     let kernels = series.into_iter().map(kernels::fetch).collect::<anyhow::Result<Vec<_>>>()?;
 
-    cargo(&["build", "--release", "--locked", "--package", "exitprof"])?;
+    let binaries = suite::build()?;
     let target = workspace_root().join("target");
     let initramfs = target.join("vm/initramfs.cpio");
-    initramfs::build(&target.join("release/exitprof"), SCENARIOS, &initramfs)
+    initramfs::build(&binaries, SCENARIOS, GUEST_TESTS, &initramfs)
         .context("building the guest's initramfs")?;
 
     let names: Vec<&str> = kernels.iter().map(|k| k.package.as_str()).collect();
     eprintln!("vm: booting {} in qemu (TCG)", names.join(" and "));
-    let timeout = BOOT_TIMEOUT + SCENARIO_TIMEOUT * SCENARIOS.len() as u32;
+    let timeout = BOOT_TIMEOUT
+        + SCENARIO_TIMEOUT * SCENARIOS.len() as u32
+        + TESTS_TIMEOUT * GUEST_TESTS.len() as u32;
     let boots: Vec<anyhow::Result<Boot>> = thread::scope(|s| {
         let guests: Vec<_> = kernels
             .iter()
@@ -119,6 +128,28 @@ fn check_boot(kernel: &Kernel, boot: &Boot) -> Vec<String> {
         failures.extend(
             checks.failures.iter().map(|f| format!("{} {}: {f}", kernel.package, scenario.name)),
         );
+    }
+    for tests in GUEST_TESTS {
+        let run = report.runs.iter().find(|r| r.name == tests.name);
+        let checked = match run {
+            None => Err("did not run".to_owned()),
+            Some(run) => suite::check(&run.stdout).map_err(|e| format!("{e}\n{}", run.stdout)),
+        };
+        let summary = checked.as_ref().map_or_else(
+            |e| format!("FAIL  {}", e.lines().next().unwrap_or_default()),
+            |s| format!("pass  {s}"),
+        );
+        eprintln!("vm: {release:<22} {:<18} {summary}", tests.name);
+        // The tests' own figures, which they print to stderr.
+        for line in run.iter().flat_map(|r| r.stderr.lines()).filter(|l| !l.trim().is_empty()) {
+            eprintln!("vm:     {line}");
+        }
+        if let Err(e) = checked {
+            failures.push(format!(
+                "{} {} (--attach {}): {e}",
+                kernel.package, tests.name, tests.attach
+            ));
+        }
     }
     if !report.done {
         failures.push(format!(

@@ -40,7 +40,7 @@ pub fn boot(
     // call in __schedule as a tracepoint was detached), and the guest locked up. Both guests
     // run at once, so each still has a host CPU.
     let mut qemu = Command::new("qemu-system-x86_64")
-        .args(["-accel", "tcg,thread=single", "-cpu", "max", "-m", "1024", "-smp", "2"])
+        .args(["-accel", "tcg,thread=single", "-cpu", "max", "-m", "2048", "-smp", "2"])
         .arg("-kernel")
         .arg(vmlinuz)
         .arg("-initrd")

@@ -1,0 +1,143 @@
+//! exitprof's own integration tests inside the guests: the tests that assert what the running
+//! kernel offers and where exits' costs lie, run where kprobes and fentry exist.
+//!
+//! The test binary and exitprof are built static (musl), and the C programs the tests profile
+//! are built static ahead of time (the guest has no compiler); the tests find them through the
+//! environment their `support` module reads.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::{command::workspace_root, measure::compile_c};
+
+/// The target of the guest's binaries: static, so nothing else needs copying into the guest.
+const STATIC_TARGET: &str = "x86_64-unknown-linux-musl";
+
+/// Where the guest finds the test binary and the test programs.
+pub const TEST_BINARY: &str = "/tests/exitprof-tests";
+pub const PROGRAMS: &str = "/tests/programs";
+
+/// One run of the test binary in the guest.
+pub struct GuestTests {
+    /// Names the run in the guest's report and the summary: `[a-z0-9-]+`.
+    pub name: &'static str,
+    /// The `--attach` mode the tests run in (`EXITPROF_TEST_ATTACH`).
+    pub attach: &'static str,
+    /// libtest's filters: the tests whose names contain any of them.
+    pub filters: &'static [&'static str],
+}
+
+/// Every attach mode the host lacks, for the tests that name where exits spend their time and
+/// that account for every exit; and the test of forced modes, which on these kernels finds
+/// every mode offered.
+pub const GUEST_TESTS: &[GuestTests] = &[
+    GuestTests { name: "ground-truth-kprobe", attach: "kprobe", filters: &["ground_truth::"] },
+    GuestTests { name: "ground-truth-fentry", attach: "fentry", filters: &["ground_truth::"] },
+    GuestTests {
+        name: "one-exit-fentry",
+        attach: "fentry",
+        filters: &["reliability::a_command_that_exits_once_is_accounted_in_every_run"],
+    },
+    GuestTests {
+        name: "forced-modes",
+        attach: "auto",
+        filters: &["reliability::each_forced_mode_is_refused_or_works_as_the_kernel_offers"],
+    },
+];
+
+/// The static builds the guest runs.
+pub struct StaticBuild {
+    pub exitprof: PathBuf,
+    pub tests: PathBuf,
+    /// Each test program: its name and its binary.
+    pub programs: Vec<(String, PathBuf)>,
+}
+
+/// Builds exitprof, its integration tests and their C programs, all statically linked.
+pub fn build() -> anyhow::Result<StaticBuild> {
+    let root = workspace_root();
+    let out = Command::new(env!("CARGO"))
+        .args(["test", "--release", "--locked", "--package", "exitprof", "--test", "tests"])
+        .args(["--target", STATIC_TARGET, "--no-run", "--message-format=json-render-diagnostics"])
+        .current_dir(&root)
+        .output()
+        .context("building the static integration tests")?;
+    if !out.status.success() {
+        bail!(
+            "building the static integration tests failed (is the {STATIC_TARGET} target \
+             installed? `rustup target add {STATIC_TARGET}`):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let tests = String::from_utf8(out.stdout)?
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|msg| msg["executable"].as_str().map(PathBuf::from))
+        .context("cargo named no test executable")?;
+    // Integration tests build the crate's binaries too.
+    let exitprof = root.join("target").join(STATIC_TARGET).join("release/exitprof");
+    let programs = build_programs(&root.join("exitprof/tests/programs"), &root.join("target/vm"))?;
+    Ok(StaticBuild { exitprof, tests, programs })
+}
+
+/// Compiles each C program of `sources` as the tests do, but static, into `out/programs`.
+fn build_programs(sources: &Path, out: &Path) -> anyhow::Result<Vec<(String, PathBuf)>> {
+    let dir = out.join("programs");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut programs = Vec::new();
+    for entry in std::fs::read_dir(sources).with_context(|| format!("{}", sources.display()))? {
+        let source = entry?.path();
+        if source.extension().is_some_and(|e| e == "c") {
+            let binary = compile_c(&source, &dir, &["-static"])?;
+            let name = source.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+            programs.push((name, binary));
+        }
+    }
+    programs.sort();
+    Ok(programs)
+}
+
+/// libtest's summary in a run's stdout: the tests passed, or why not.
+pub fn check(stdout: &str) -> Result<String, String> {
+    let summary = stdout
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("test result: "))
+        .ok_or_else(|| "libtest printed no summary".to_owned())?;
+    let count = |what: &str| -> u64 {
+        summary
+            .split(['.', ';'])
+            .find_map(|part| part.trim().strip_suffix(what)?.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let (passed, failed) = (count("passed"), count("failed"));
+    if !summary.starts_with("ok") || failed > 0 {
+        return Err(format!("test result: {summary}"));
+    }
+    // A filter that matches nothing runs nothing and passes: that is a failure here.
+    if passed == 0 {
+        return Err(format!("no test matched: test result: {summary}"));
+    }
+    Ok(format!("{passed} passed"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn libtest_summaries_are_read() {
+        let ok = "running 4 tests\ntest a ... ok\n\ntest result: ok. 4 passed; 0 failed; 0 \
+                  ignored; 0 measured; 120 filtered out; finished in 9.31s\n";
+        assert_eq!(check(ok), Ok("4 passed".to_owned()));
+        let failed = "test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured";
+        assert!(check(failed).unwrap_err().contains("1 failed"));
+        let none = "test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 124 filtered out";
+        assert!(check(none).unwrap_err().starts_with("no test matched"));
+        assert!(check("thread 'main' panicked").is_err());
+    }
+}
