@@ -45,8 +45,8 @@ pub fn bench_driver(args: &BenchArgs) -> anyhow::Result<()> {
     let root = workspace_root();
     let out_dir = root.join("target/bench");
     fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let threads_ref = compile_c(&root.join("xtask/bench/threads_ref.c"), &out_dir)?;
-    let forks_ref = compile_c(&root.join("xtask/bench/forks_ref.c"), &out_dir)?;
+    let threads_ref = compile_c(&root.join("xtask/bench/threads_ref.c"), &out_dir, &[])?;
+    let forks_ref = compile_c(&root.join("xtask/bench/forks_ref.c"), &out_dir, &[])?;
     let exitprof = root.join("target/release/exitprof");
 
     let program = |p: &Path, args: &[&str]| {

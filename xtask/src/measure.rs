@@ -101,7 +101,7 @@ pub fn measure_captured(cmd: &mut Command, watch_rss: bool) -> anyhow::Result<Fi
 
 /// Reads `pipe` to its end on a thread of its own, so that the child never blocks on a full
 /// pipe while we wait for it.
-pub fn read_in_background(
+fn read_in_background(
     mut pipe: impl Read + Send + 'static,
 ) -> thread::JoinHandle<io::Result<String>> {
     thread::spawn(move || {
@@ -185,12 +185,17 @@ pub fn median(values: impl IntoIterator<Item = f64>) -> f64 {
     if v.len().is_multiple_of(2) { f64::midpoint(v[mid - 1], v[mid]) } else { v[mid] }
 }
 
-/// Compiles a C program into `out_dir` with `cc -O2 -pthread`.
-pub fn compile_c(source: &Path, out_dir: &Path) -> anyhow::Result<PathBuf> {
+/// Compiles a C program into `out_dir` with `cc -O2 -pthread FLAGS`.
+pub fn compile_c(source: &Path, out_dir: &Path, flags: &[&str]) -> anyhow::Result<PathBuf> {
     let stem = source.file_stem().context("a source file name")?;
     let binary = out_dir.join(stem);
-    run(Command::new("cc").args(["-O2", "-pthread", "-o"]).arg(&binary).arg(source))
-        .with_context(|| format!("compiling {} (is a C compiler installed?)", source.display()))?;
+    run(Command::new("cc")
+        .args(["-O2", "-pthread"])
+        .args(flags)
+        .arg("-o")
+        .arg(&binary)
+        .arg(source))
+    .with_context(|| format!("compiling {} (is a C compiler installed?)", source.display()))?;
     Ok(binary)
 }
 

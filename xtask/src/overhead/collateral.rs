@@ -11,13 +11,18 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::exitprof::{Exitprof, KernelCost, NOBODY};
+use super::{
+    exitprof::{self, Exitprof, KernelCost, NOBODY},
+    rotation,
+};
 use crate::measure::{Usage, compile_c, measure_argv};
 
 /// Round trips of the ping-pong.
 const PINGPONG_TRIPS: u64 = 200_000;
 /// The CPU both ping-pong processes are pinned to.
 const PINGPONG_CPU: u32 = 0;
+/// The ping-pong's event, whose cost has a target of its own.
+pub const CONTEXT_SWITCH: &str = "context switch";
 /// System calls of the getppid loop.
 const SYSCALLS: u64 = 5_000_000;
 
@@ -36,7 +41,8 @@ impl Workload {
     }
 }
 
-/// What such a program cost without exitprof and with it.
+/// What such a program cost without exitprof, with exitprof, and with only an empty
+/// `sched_switch` program (the floor of anything attached there).
 #[derive(Debug, Serialize)]
 pub struct Collateral {
     pub workload: String,
@@ -44,10 +50,13 @@ pub struct Collateral {
     /// Medians, seconds.
     pub without: Usage,
     pub with: Usage,
+    pub floor: Usage,
     /// with / without.
     pub ratio: Usage,
     /// What exitprof added to each event (ns of elapsed time, from the medians).
     pub added_ns_per_event: f64,
+    /// What the empty program added to each event.
+    pub floor_ns_per_event: f64,
     pub event: &'static str,
 }
 
@@ -61,10 +70,18 @@ pub struct CollateralReport {
     pub idle_sched_switch_ns_per_run: Option<f64>,
 }
 
+/// The three ways each workload runs.
+#[derive(Clone, Copy)]
+enum Side {
+    Without,
+    Floor,
+    With,
+}
+
 /// Compiles the programs into `out_dir`.
 fn workloads(root: &Path, out_dir: &Path) -> anyhow::Result<Vec<Workload>> {
-    let pingpong = compile_c(&root.join("xtask/bench/pingpong.c"), out_dir)?;
-    let syscalls = compile_c(&root.join("xtask/bench/syscalls.c"), out_dir)?;
+    let pingpong = compile_c(&root.join("xtask/bench/pingpong.c"), out_dir, &[])?;
+    let syscalls = compile_c(&root.join("xtask/bench/syscalls.c"), out_dir, &[])?;
     Ok(vec![
         Workload {
             name: format!("pipe ping-pong, {PINGPONG_TRIPS} round trips on one CPU"),
@@ -74,7 +91,7 @@ fn workloads(root: &Path, out_dir: &Path) -> anyhow::Result<Vec<Workload>> {
                 PINGPONG_CPU.to_string(),
             ],
             events: 2 * PINGPONG_TRIPS,
-            event: "context switch",
+            event: CONTEXT_SWITCH,
         },
         Workload {
             name: format!("getppid x {SYSCALLS}"),
@@ -93,36 +110,45 @@ pub fn measure_all(
 ) -> anyhow::Result<CollateralReport> {
     let workloads = workloads(root, out_dir)?;
     eprintln!(
-        "bench: collateral overhead, exitprof watching tasks that do not exist ({runs} runs per \
-         side, interleaved)"
+        "bench: collateral overhead, exitprof watching tasks that do not exist, an empty \
+         sched_switch program, or nothing ({runs} runs per side, interleaved)"
     );
-    let mut with = vec![Vec::new(); workloads.len()];
-    let mut without = vec![Vec::new(); workloads.len()];
+    let mut samples: [Vec<Vec<Usage>>; 3] = Default::default();
+    for side in &mut samples {
+        side.resize(workloads.len(), Vec::new());
+    }
     for round in 0..runs {
-        // with/without in even rounds, without/with in odd ones.
-        for attached in [round % 2 == 0, round % 2 != 0] {
-            let watching = attached.then(|| exitprof.attach_elsewhere(&[])).transpose()?;
-            let side = if attached { &mut with } else { &mut without };
-            for (w, samples) in workloads.iter().zip(side.iter_mut()) {
+        for side in rotation(round, &[Side::Without, Side::Floor, Side::With]) {
+            let attached = match side {
+                Side::Without => None,
+                Side::Floor => Some(exitprof.attach_floor()?),
+                Side::With => Some(exitprof.attach_elsewhere(&[])?),
+            };
+            for (w, samples) in workloads.iter().zip(samples[side as usize].iter_mut()) {
                 samples.push(w.run()?);
             }
-            if let Some(watching) = watching {
-                watching.stop()?;
+            if let Some(attached) = attached {
+                attached.stop()?;
             }
         }
     }
+    let [without, floor, with] = samples;
     let results = workloads
         .iter()
-        .zip(with.iter().zip(&without))
-        .map(|(w, (with, without))| {
-            let (with, without) = (Usage::medians(with), Usage::medians(without));
+        .zip(with.iter().zip(&without).zip(&floor))
+        .map(|(w, ((with, without), floor))| {
+            let [with, without, floor] = [with, without, floor].map(|s| Usage::medians(s));
+            let per_event =
+                |usage: Usage| (usage.elapsed - without.elapsed) * 1e9 / w.events as f64;
             Collateral {
                 workload: w.name.clone(),
                 runs_per_side: runs as usize,
                 without,
                 with,
+                floor,
                 ratio: with.ratio_to(without),
-                added_ns_per_event: (with.elapsed - without.elapsed) * 1e9 / w.events as f64,
+                added_ns_per_event: per_event(with),
+                floor_ns_per_event: per_event(floor),
                 event: w.event,
             }
         })
@@ -138,7 +164,7 @@ pub fn measure_all(
 fn idle_sched_switch(exitprof: &Exitprof, pingpong: &Workload) -> anyhow::Result<Option<f64>> {
     let watching = exitprof.attach_elsewhere(&["--bpf-stats"])?;
     pingpong.run()?;
-    let doc = watching.stop()?;
+    let doc = exitprof::report(watching)?;
     Ok(doc.kernel_cost.as_ref().and_then(|cost| ns_per_run(cost, "sched_switch")))
 }
 

@@ -1,28 +1,19 @@
 //! Running exitprof from the benchmark: profiled storms measured from the outside, comparisons,
 //! and exitprof attached in the background to a target that never exits.
 
-use std::{
-    io::{BufRead as _, BufReader},
-    path::PathBuf,
-    process::{Child, Command, Stdio},
-    sync::mpsc,
-    thread,
-    time::Duration,
-};
+use std::{path::PathBuf, process::Command};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use serde::Deserialize;
 
-use crate::measure::{Finished, measure_captured, read_in_background};
+use super::background::Background;
+use crate::measure::{Finished, measure_captured};
 
 /// The name `--comm` watches while exitprof sits attached without a target: no task has it.
 pub const NOBODY: &str = "no-such-task";
 
 /// What exitprof prints on stderr once its probes are attached and it watches.
 const WATCHING: &str = "exitprof: watching";
-
-/// How long exitprof may take to attach before the benchmark gives up on it.
-const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The exitprof binary under test.
 pub struct Exitprof {
@@ -178,13 +169,19 @@ impl Exitprof {
         Ok(Profiled { process, doc })
     }
 
-    /// `exitprof compare --toggle probes`: `runs` storms with exitprof's probes attached and as
-    /// many without, interleaved.
-    pub fn compare_probes(&self, storm: &Storm, runs: u32) -> anyhow::Result<CompareDoc> {
+    /// `exitprof compare --toggle probes EXTRA`: `runs` storms with exitprof's probes attached
+    /// and as many without, interleaved.
+    pub fn compare_probes(
+        &self,
+        storm: &Storm,
+        runs: u32,
+        extra: &[&str],
+    ) -> anyhow::Result<CompareDoc> {
         let mut cmd = Command::new(&self.binary);
         cmd.args(["compare", "--toggle", "probes", "--json", "--runs"])
             .arg(runs.to_string())
-            .args(&storm.args);
+            .args(&storm.args)
+            .args(extra);
         let finished = measure_captured(&mut cmd, false)?;
         serde_json::from_str(&finished.stdout)
             .with_context(|| format!("reading the JSON report of {cmd:?}"))
@@ -192,94 +189,29 @@ impl Exitprof {
 
     /// exitprof attached, in the background, watching for the exits of tasks that do not
     /// exist: its probes fire for everything else on the machine and record nothing.
-    pub fn attach_elsewhere(&self, extra: &[&str]) -> anyhow::Result<Watching> {
+    pub fn attach_elsewhere(&self, extra: &[&str]) -> anyhow::Result<Background> {
         self.watch_comm(NOBODY, extra)
     }
 
     /// exitprof attached, in the background, recording the exits of tasks named `comm`.
-    pub fn watch_comm(&self, comm: &str, extra: &[&str]) -> anyhow::Result<Watching> {
-        let mut child = Command::new(&self.binary)
-            .args(["--json", "--comm", comm])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("starting {}", self.binary.display()))?;
-        let stderr = child.stderr.take().context("exitprof's stderr")?;
-        let stdout = child.stdout.take().context("exitprof's stdout")?;
-        let mut watching =
-            Watching { child: Some(child), stdout: Some(read_in_background(stdout)) };
-        // Everything exitprof says goes on to the benchmark's stderr; the line that says it
-        // watches means its probes are attached.
-        let (ready, attached) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.starts_with(WATCHING) {
-                    let _ = ready.send(());
-                } else {
-                    eprintln!("{line}");
-                }
-            }
-        });
-        if attached.recv_timeout(ATTACH_TIMEOUT).is_err() {
-            let status = watching.kill();
-            bail!("exitprof did not attach within {ATTACH_TIMEOUT:?} ({status})");
-        }
-        Ok(watching)
+    pub fn watch_comm(&self, comm: &str, extra: &[&str]) -> anyhow::Result<Background> {
+        Background::start(
+            Command::new(&self.binary).args(["--json", "--comm", comm]).args(extra),
+            WATCHING,
+        )
+    }
+
+    /// Only an empty program on `sched_switch`, attached in the background (`exitprof
+    /// __floor`): the floor of any program there.
+    pub fn attach_floor(&self) -> anyhow::Result<Background> {
+        Background::start(Command::new(&self.binary).arg("__floor"), WATCHING)
     }
 }
 
-/// exitprof attached in the background (see [`Exitprof::attach_elsewhere`]); dropping it
-/// stops exitprof.
-pub struct Watching {
-    child: Option<Child>,
-    stdout: Option<thread::JoinHandle<std::io::Result<String>>>,
-}
-
-impl Watching {
-    /// Suspends exitprof's process (SIGSTOP), or resumes it (SIGCONT); its probes stay
-    /// attached and go on filling the ring buffers.
-    pub fn suspend(&self, suspended: bool) {
-        if let Some(child) = &self.child {
-            signal(child, if suspended { libc::SIGSTOP } else { libc::SIGCONT });
-        }
-    }
-
-    /// Stops exitprof as Ctrl-C does (it detaches and reports) and returns its report.
-    pub fn stop(mut self) -> anyhow::Result<RunDoc> {
-        let mut child = self.child.take().context("exitprof already stopped")?;
-        signal(&child, libc::SIGINT);
-        let status = child.wait().context("waiting for exitprof")?;
-        let stdout = self.stdout.take().context("exitprof's stdout")?;
-        let stdout = stdout.join().expect("the stdout reader does not panic")?;
-        if !status.success() {
-            bail!("exitprof, attached in the background, failed: {status}");
-        }
-        serde_json::from_str(&stdout).context("reading the JSON report of the background exitprof")
-    }
-
-    /// Kills exitprof; says how it ended.
-    fn kill(&mut self) -> String {
-        let Some(mut child) = self.child.take() else { return "stopped".to_owned() };
-        let _ = child.kill();
-        child.wait().map_or_else(|e| e.to_string(), |s| s.to_string())
-    }
-}
-
-impl Drop for Watching {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            signal(&child, libc::SIGCONT);
-            signal(&child, libc::SIGINT);
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Sends `signal` to our child; exitprof answers SIGINT by detaching and reporting.
-fn signal(child: &Child, signal: i32) {
-    // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child.
-    unsafe { libc::kill(child.id() as i32, signal) };
+/// Stops exitprof attached in the background and reads its report.
+pub fn report(watching: Background) -> anyhow::Result<RunDoc> {
+    let stdout = watching.stop()?;
+    serde_json::from_str(&stdout).context("reading the JSON report of the background exitprof")
 }
 
 #[cfg(test)]

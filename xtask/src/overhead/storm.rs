@@ -32,7 +32,7 @@ pub struct StormOverhead {
 
 pub fn measure(exitprof: &Exitprof, storm: &Storm, runs: u32) -> anyhow::Result<StormOverhead> {
     eprintln!("bench: storm overhead, {} ({runs} runs per side, interleaved)", storm.name);
-    let doc = exitprof.compare_probes(storm, runs)?;
+    let doc = exitprof.compare_probes(storm, runs, &[])?;
     let times = |runs: &[StormRun]| {
         let usages: Vec<Usage> = runs
             .iter()

@@ -12,7 +12,7 @@ use std::{path::Path, process::Command};
 use anyhow::Context as _;
 use serde::Serialize;
 
-use super::exitprof::{Exitprof, RunDoc};
+use super::exitprof::{self, Exitprof, RunDoc};
 use crate::measure::{compile_c, measure, median};
 
 /// The storm: the seed's program, 1000 threads x 10 reps at stagger 0.
@@ -38,7 +38,7 @@ pub fn measure_wakeups(
     out_dir: &Path,
     runs: u32,
 ) -> anyhow::Result<WakeupCost> {
-    let storm = compile_c(&root.join("xtask/bench/threads_ref.c"), out_dir)?;
+    let storm = compile_c(&root.join("xtask/bench/threads_ref.c"), out_dir, &[])?;
     let comm = storm.file_name().and_then(|n| n.to_str()).unwrap_or("threads_ref").to_owned();
     eprintln!(
         "bench: ring-buffer wakeups, {comm} {} watched by name, exitprof reading or suspended \
@@ -54,7 +54,7 @@ pub fn measure_wakeups(
             watching.suspend(suspend);
             let ran = measure(Command::new(&storm).args(STORM_ARGS));
             watching.suspend(false);
-            let doc = watching.stop()?;
+            let doc = exitprof::report(watching)?;
             ran?;
             lost += doc.exits_lost();
             let figures = (per_exit(&doc, None)?, per_exit(&doc, Some("sched_switch"))?);
