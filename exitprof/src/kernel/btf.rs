@@ -102,6 +102,43 @@ impl KernelBtf {
     }
 }
 
+/// What the eBPF programs need of the kernel's types, read once from BTF: the offsets of the
+/// fields they read raw, and the shape of a tracepoint that changed.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelLayout {
+    pub task_pid: u32,
+    pub task_tgid: u32,
+    pub task_comm: u32,
+    pub task_nsproxy: u32,
+    pub task_flags: u32,
+    pub task_group_leader: u32,
+    pub task_signal: u32,
+    pub nsproxy_ipc_ns: u32,
+    pub signal_live: u32,
+    pub work_func: u32,
+    /// `sched_process_exit(p, group_dead)` since v6.16; `(p)` before.
+    pub exit_tp_group_dead: bool,
+}
+
+impl KernelLayout {
+    pub fn read(btf: &KernelBtf) -> Result<Self, BtfError> {
+        let task = |field| btf.field_offset("task_struct", field);
+        Ok(Self {
+            task_pid: task("pid")?,
+            task_tgid: task("tgid")?,
+            task_comm: task("comm")?,
+            task_nsproxy: task("nsproxy")?,
+            task_flags: task("flags")?,
+            task_group_leader: task("group_leader")?,
+            task_signal: task("signal")?,
+            nsproxy_ipc_ns: btf.field_offset("nsproxy", "ipc_ns")?,
+            signal_live: btf.field_offset("signal_struct", "live")?,
+            work_func: btf.field_offset("work_struct", "func")?,
+            exit_tp_group_dead: btf.tracepoint_arg_count("sched_process_exit") >= 2,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,11 @@ use std::{
     sync::Arc,
 };
 
-use super::{btf::KernelBtf, kallsyms::Kallsyms, version::KernelVersion};
+use super::{
+    btf::{KernelBtf, KernelLayout},
+    kallsyms::Kallsyms,
+    version::KernelVersion,
+};
 
 /// The kprobe PMU; absent when the kernel is built without `CONFIG_KPROBES`.
 const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe";
@@ -22,7 +26,10 @@ pub struct KernelFacts {
     pub kprobes: Result<(), String>,
     /// `Err(why)` when fentry/fexit programs cannot be loaded.
     pub fentry: Result<(), String>,
+    /// For planning only: dropped once the plan is made ([`KernelFacts::planned`]).
     pub btf: Option<KernelBtf>,
+    /// What the programs need of the kernel's types; `Err(why)` without BTF.
+    pub layout: Result<KernelLayout, String>,
     /// Shared with the loaded probes, which name kernel stacks with it.
     pub kallsyms: Arc<Kallsyms>,
     /// `available_filter_functions` when readable: the functions ftrace, hence fentry, can hook.
@@ -51,6 +58,10 @@ impl KernelFacts {
             ))
         };
         let fentry = calibrate_fentry(btf.is_some());
+        let layout = match &btf {
+            Some(btf) => KernelLayout::read(btf).map_err(|e| e.to_string()),
+            None => Err("kernel BTF is missing (is CONFIG_DEBUG_INFO_BTF on?)".to_owned()),
+        };
         let kallsyms = Arc::new(Kallsyms::load()?);
         let ftrace_functions =
             read_lines(&tracefs.join("available_filter_functions")).map(|lines| {
@@ -69,10 +80,21 @@ impl KernelFacts {
             kprobes,
             fentry,
             btf,
+            layout,
             kallsyms,
             ftrace_functions,
             kprobe_blacklist,
         })
+    }
+}
+
+impl KernelFacts {
+    /// Forgets what only planning needs once the plan is made: the loader parses the kernel's
+    /// BTF its own way, and both parses at once were a fifth of exitprof's peak memory.
+    pub fn planned(&mut self) {
+        self.btf = None;
+        self.ftrace_functions = None;
+        self.kprobe_blacklist = HashSet::new();
     }
 }
 

@@ -136,26 +136,16 @@ pub fn load_and_attach(
 ) -> anyhow::Result<Probes> {
     ensure_object_embedded()?;
     ensure_task_storage()?;
-    let kernel_btf =
-        facts.btf.as_ref().context("exitprof needs kernel BTF (CONFIG_DEBUG_INFO_BTF)")?;
+    let layout = facts
+        .layout
+        .as_ref()
+        .map_err(|why| anyhow::anyhow!("exitprof needs the kernel's BTF: {why}"))?;
     let tracefs = facts.tracefs.as_path();
     let started = Instant::now();
     let btf = Btf::from_sys_fs().context("reading kernel BTF for the eBPF loader")?;
-    let offset = |strukt, field| kernel_btf.field_offset(strukt, field);
-    let task_pid = offset("task_struct", "pid")?;
-    let task_tgid = offset("task_struct", "tgid")?;
-    let task_comm = offset("task_struct", "comm")?;
-    let task_nsproxy = offset("task_struct", "nsproxy")?;
-    let nsproxy_ipc_ns = offset("nsproxy", "ipc_ns")?;
-    let work_func = offset("work_struct", "func")?;
-    let task_flags = offset("task_struct", "flags")?;
-    let task_group_leader = offset("task_struct", "group_leader")?;
-    let task_signal = offset("task_struct", "signal")?;
-    let signal_live = offset("signal_struct", "live")?;
     let free_ipc = facts.kallsyms.address("free_ipc").unwrap_or(0);
     let (pidns_dev, pidns_ino) = pid_namespace()?;
-    // `sched_process_exit(p, group_dead)` since v6.16; `(p)` before.
-    let exit_tp_group_dead = u32::from(kernel_btf.tracepoint_arg_count("sched_process_exit") >= 2);
+    let exit_tp_group_dead = u32::from(layout.exit_tp_group_dead);
     let trace_all = u32::from(options.trace_all);
     let block_walks = if options.block_stacks { BLOCK_WALKS_PER_SEC } else { 0 };
     let ebpf = EbpfLoader::new()
@@ -167,18 +157,18 @@ pub fn load_and_attach(
         .override_global(globals::PIDNS_DEV, &pidns_dev, true)
         .override_global(globals::PIDNS_INO, &pidns_ino, true)
         .override_global(globals::EXIT_TP_GROUP_DEAD, &exit_tp_group_dead, true)
-        .override_global(globals::TASK_FLAGS_OFFSET, &task_flags, true)
-        .override_global(globals::TASK_GROUP_LEADER_OFFSET, &task_group_leader, true)
-        .override_global(globals::TASK_SIGNAL_OFFSET, &task_signal, true)
-        .override_global(globals::SIGNAL_LIVE_OFFSET, &signal_live, true)
+        .override_global(globals::TASK_FLAGS_OFFSET, &layout.task_flags, true)
+        .override_global(globals::TASK_GROUP_LEADER_OFFSET, &layout.task_group_leader, true)
+        .override_global(globals::TASK_SIGNAL_OFFSET, &layout.task_signal, true)
+        .override_global(globals::SIGNAL_LIVE_OFFSET, &layout.signal_live, true)
         .override_global(globals::WAKEUP_BYTES, &(u64::from(options.ringbuf_bytes) / 4), true)
         .override_global(globals::TARGET_COMM, &options.target_comm, true)
-        .override_global(globals::TASK_PID_OFFSET, &task_pid, true)
-        .override_global(globals::TASK_TGID_OFFSET, &task_tgid, true)
-        .override_global(globals::TASK_COMM_OFFSET, &task_comm, true)
-        .override_global(globals::TASK_NSPROXY_OFFSET, &task_nsproxy, true)
-        .override_global(globals::NSPROXY_IPC_NS_OFFSET, &nsproxy_ipc_ns, true)
-        .override_global(globals::WORK_FUNC_OFFSET, &work_func, true)
+        .override_global(globals::TASK_PID_OFFSET, &layout.task_pid, true)
+        .override_global(globals::TASK_TGID_OFFSET, &layout.task_tgid, true)
+        .override_global(globals::TASK_COMM_OFFSET, &layout.task_comm, true)
+        .override_global(globals::TASK_NSPROXY_OFFSET, &layout.task_nsproxy, true)
+        .override_global(globals::NSPROXY_IPC_NS_OFFSET, &layout.nsproxy_ipc_ns, true)
+        .override_global(globals::WORK_FUNC_OFFSET, &layout.work_func, true)
         .override_global(globals::FREE_IPC_ADDR, &free_ipc, true)
         .map_max_entries(maps::EXITS, options.ringbuf_bytes)
         .load(OBJECT)

@@ -35,7 +35,7 @@ impl PlanDocument {
             mode: plan.mode,
             kprobes: feature(&facts.kprobes),
             fentry: feature(&facts.fentry),
-            btf: facts.btf.is_some(),
+            btf: facts.layout.is_ok(),
             tracefs: facts.tracefs.display().to_string(),
             points: plan.points.clone(),
             unavailable: plan.unavailable.clone(),

@@ -66,8 +66,9 @@ pub fn bump_memlock() {
 /// Calibrates the kernel and resolves the probe plan.
 pub fn plan(mode: AttachMode, wants: Wants) -> anyhow::Result<(KernelFacts, Plan)> {
     let tracefs = tracefs::ensure_mounted()?;
-    let facts = KernelFacts::calibrate(tracefs).context("calibrating kernel features")?;
+    let mut facts = KernelFacts::calibrate(tracefs).context("calibrating kernel features")?;
     let plan = Plan::resolve(&facts, mode, wants)?;
+    facts.planned();
     Ok((facts, plan))
 }
 
