@@ -277,7 +277,8 @@ fn the_flame_graph_exports_hold_where_exits_computed_and_blocked() {
             frames.len() >= 3 && ["on-cpu", "off-cpu"].contains(&frames[0]),
             "not root;stage;frames: {line}"
         );
-        // A sample the kernel could not unwind (in a probe's trampoline, say) has no frames.
+        // A stack the kernel could not unwind down to do_exit (from a probe's trampoline, say)
+        // comes under [unknown].
         assert!(["do_exit", UNKNOWN].contains(&frames[2]), "stacks start at do_exit: {line}");
         let weight = weight.parse::<f64>().unwrap();
         *weights.entry(frames[0]).or_default() += weight;

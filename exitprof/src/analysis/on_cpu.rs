@@ -36,7 +36,7 @@ const RECENT_EXITS: usize = 16_384;
 
 /// The frame a sampled stack is cut at: the exit itself. Frames outside it (the syscall or
 /// signal delivery that called it) are the same for every exit and say nothing.
-const EXIT_FRAME: &str = "do_exit";
+pub const EXIT_FRAME: &str = "do_exit";
 /// Frames of the sampling itself (the timer interrupt, perf and the eBPF program) that can sit
 /// innermost, above the code that was interrupted; `?` is code kallsyms does not name.
 const SAMPLING_FRAMES: &[&str] = &[

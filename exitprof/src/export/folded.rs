@@ -6,12 +6,13 @@
 //! it stands for (its share of its stage's samples times the stage's on-CPU time), and
 //! `off-cpu;STAGE;do_exit;...` each stack where exits blocked by the blocked time (each exit's
 //! longest block). Both in microseconds, so widths compare across the two roots. A stack the
-//! kernel could not unwind (a sample in a probe's trampoline, say) is `[unknown]`, as flame
-//! graphs name such frames.
+//! kernel could not unwind down to `do_exit` (a sample in a probe's trampoline, say) goes under
+//! an `[unknown]` frame, as flame graphs name such gaps.
 
 use std::fmt::Write as _;
 
 use super::{EncodeError, ExportSet, StackKind, WeightedStack};
+use crate::analysis::on_cpu::EXIT_FRAME;
 
 /// The unit of the weights, as the flame graph names it.
 const UNIT: &str = "µs";
@@ -64,8 +65,9 @@ fn lines(stacks: &[WeightedStack]) -> Vec<String> {
                 StackKind::OffCpu => "off-cpu",
             };
             let _ = write!(line, "{root};{}", frame(&s.stage));
-            if s.frames.is_empty() {
-                // A stack the kernel could not unwind, as flame graphs name it.
+            if s.frames.last().is_none_or(|f| f != EXIT_FRAME) {
+                // A stack the kernel could not unwind down to do_exit (from a probe's trampoline,
+                // say), under a frame that says so, as flame graphs name such gaps.
                 line.push_str(";[unknown]");
             }
             for f in s.frames.iter().rev() {
@@ -117,13 +119,15 @@ mod tests {
             ),
             stack(StackKind::OnCpu, "a stage; odd", &["f"], 0),
             stack(StackKind::OnCpu, "exit_mm", &[], 3),
+            stack(StackKind::OnCpu, "exit_mm", &["arch_rethook_trampoline"], 2),
         ]);
         let text = String::from_utf8(encode(&set)).unwrap();
         assert_eq!(
             text,
             "condition=on_row=stagger=2;on-cpu;exit_mm…exit_thread;do_exit;zap_pte_range 812\n\
              off-cpu;exit_mm;do_exit;down_read;rwsem_down_read_slowpath 9\n\
-             on-cpu;exit_mm;[unknown] 3\n"
+             on-cpu;exit_mm;[unknown] 3\n\
+             on-cpu;exit_mm;[unknown];arch_rethook_trampoline 2\n"
         );
     }
 

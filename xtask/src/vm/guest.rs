@@ -59,7 +59,7 @@ report kernel "$(uname -r)"
         script.push_str(&shell_line(&["scenario", s.name], s.args));
     }
     for t in tests {
-        script.push_str(&shell_line(&["tests", t.name, t.attach], t.filters));
+        script.push_str(&shell_line(&["tests", t.name, t.attach], t.args));
     }
     script.push_str("report done\npoweroff -f\n");
     script
@@ -200,7 +200,7 @@ mod tests {
     #[test]
     fn the_init_script_runs_every_scenario_and_test() {
         let scenarios = [Scenario { name: "a", args: &["--x", "1"], check: |_, _| {} }];
-        let tests = [GuestTests { name: "b", attach: "fentry", filters: &["m::"] }];
+        let tests = [GuestTests { name: "b", attach: "fentry", args: &["m::"] }];
         let script = init_script(&scenarios, &tests);
         assert!(script.contains("\nscenario a '--x' '1'\ntests b fentry 'm::'\n"), "{script}");
         assert!(script.ends_with("report done\npoweroff -f\n"), "{script}");
