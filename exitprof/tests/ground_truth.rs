@@ -17,8 +17,15 @@ use crate::support::{attach_mode, c_program, num, require_root, run_json};
 
 /// The frame of a stack the kernel could not unwind, as flame graphs name it.
 const UNKNOWN: &str = "[unknown]";
-/// A stage that is a function must hold more than this share of the exit time.
-const DOMINANT_SHARE: f64 = 0.6;
+/// A stage that is a function must hold more than this share of the exit time (besides being
+/// the largest).
+fn dominant_share() -> f64 {
+    // Under emulation (`EXITPROF_TEST_EMULATED`, set by the VM tests) some 27 probe hits add
+    // milliseconds to every exit, spread over the other stages, and how many depends on how
+    // busy the emulating host is: shares of 0.46 to 0.98 were seen there for stages that hold
+    // 0.96 to 1.00 of the exit on the host.
+    if std::env::var_os("EXITPROF_TEST_EMULATED").is_some() { 0.4 } else { 0.6 }
+}
 /// Sampling rate for these tests: exits of tens of ms get some hundred samples each.
 const SAMPLE_HZ: &str = "4999";
 
@@ -84,7 +91,7 @@ fn base_name(frame: &str) -> &str {
     frame.split('.').next().unwrap_or(frame)
 }
 
-/// The stage that holds the cost: the function itself, holding more than [`DOMINANT_SHARE`], or
+/// The stage that holds the cost: the function itself, holding more than [`dominant_share`], or
 /// the gap that covers it where the function has no probe of its own.
 fn assert_holds(doc: &Value, function: &str) -> Value {
     let stage = dominant_stage(doc);
@@ -96,10 +103,10 @@ fn assert_holds(doc: &Value, function: &str) -> Value {
         stages_table(doc)
     );
     if stage["name"] == function {
-        let share = num(stage, "share_of_exit");
+        let (share, least) = (num(stage, "share_of_exit"), dominant_share());
         assert!(
-            share > DOMINANT_SHARE,
-            "{function} holds {share:.2} of the exit time, not more than {DOMINANT_SHARE}:\n{}",
+            share > least,
+            "{function} holds {share:.2} of the exit time, not more than {least}:\n{}",
             stages_table(doc)
         );
     }

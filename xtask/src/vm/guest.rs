@@ -45,7 +45,7 @@ scenario() {{
   shift
   reported "$name" /bin/exitprof "$@"
 }}
-export EXITPROF_TEST_BINARY=/bin/exitprof EXITPROF_TEST_PROGRAMS={PROGRAMS}
+export EXITPROF_TEST_BINARY=/bin/exitprof EXITPROF_TEST_PROGRAMS={PROGRAMS} EXITPROF_TEST_EMULATED=1
 tests() {{
   name=$1
   export EXITPROF_TEST_ATTACH=$2
