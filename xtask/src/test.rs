@@ -70,7 +70,7 @@ pub fn lint() -> anyhow::Result<()> {
 
 /// Builds the integration tests, then runs each binary as root, one test at a time.
 fn integration() -> anyhow::Result<()> {
-    let binaries = test_binaries()?;
+    let binaries = test_binaries(&[])?;
     if binaries.is_empty() {
         bail!("no integration test binaries were built");
     }
@@ -82,11 +82,13 @@ fn integration() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Paths of exitprof's integration-test executables (cargo's JSON messages name them).
-fn test_binaries() -> anyhow::Result<Vec<PathBuf>> {
+/// Paths of exitprof's integration-test executables, built with cargo's `extra` arguments
+/// (cargo's JSON messages name them).
+pub fn test_binaries(extra: &[&str]) -> anyhow::Result<Vec<PathBuf>> {
     let out = Command::new(env!("CARGO"))
         .args(["test", "--locked", "--package", "exitprof", "--tests", "--no-run"])
         .args(["--message-format=json-render-diagnostics"])
+        .args(extra)
         .current_dir(workspace_root())
         .output()
         .context("building the integration tests")?;

@@ -5,14 +5,11 @@
 //! are built static ahead of time (the guest has no compiler); the tests find them through the
 //! environment their `support` module reads.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 
-use crate::{command::workspace_root, measure::compile_c};
+use crate::{command::workspace_root, measure::compile_c, test::test_binaries};
 
 /// The target of the guest's binaries: static, so nothing else needs copying into the guest.
 const STATIC_TARGET: &str = "x86_64-unknown-linux-musl";
@@ -70,24 +67,12 @@ pub struct StaticBuild {
 /// Builds exitprof, its integration tests and their C programs, all statically linked.
 pub fn build() -> anyhow::Result<StaticBuild> {
     let root = workspace_root();
-    let out = Command::new(env!("CARGO"))
-        .args(["test", "--release", "--locked", "--package", "exitprof", "--test", "tests"])
-        .args(["--target", STATIC_TARGET, "--no-run", "--message-format=json-render-diagnostics"])
-        .current_dir(&root)
-        .output()
-        .context("building the static integration tests")?;
-    if !out.status.success() {
-        bail!(
-            "building the static integration tests failed (is the {STATIC_TARGET} target \
-             installed? `rustup target add {STATIC_TARGET}`):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let tests = String::from_utf8(out.stdout)?
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find_map(|msg| msg["executable"].as_str().map(PathBuf::from))
-        .context("cargo named no test executable")?;
+    let tests = test_binaries(&["--release", "--target", STATIC_TARGET])
+        .with_context(|| {
+            format!("is the {STATIC_TARGET} target installed? `rustup target add {STATIC_TARGET}`")
+        })?
+        .pop()
+        .context("cargo named no integration-test executable")?;
     // Integration tests build the crate's binaries too.
     let exitprof = root.join("target").join(STATIC_TARGET).join("release/exitprof");
     let programs = build_programs(&root.join("exitprof/tests/programs"), &root.join("target/vm"))?;
