@@ -9,7 +9,6 @@ use crate::{
 };
 
 /// The collection at one moment: every histogram in the fixed buckets, and the counters.
-#[derive(Default)]
 pub struct Snapshot {
     pub series: Vec<StageSeries>,
     pub exits_recorded: u64,

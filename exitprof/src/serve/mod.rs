@@ -22,9 +22,10 @@ use self::{
     metrics::{Labels, Snapshot},
 };
 use crate::{
+    analysis::profile::Profile,
     probes::ProbeOptions,
     run::{
-        RunRequest,
+        Losses, RunRequest,
         start::{Attached, bump_memlock, load_options, plan_for, preflight, prepare, start},
     },
     target::{
@@ -79,7 +80,10 @@ async fn run(request: ServeRequest) -> anyhow::Result<()> {
     let (facts, plan) = plan_for(&run.target, run.probes)?;
     let mut attached = Attached::new(&plan, &facts, load_options(&prepared, &run))?;
     let labels = Arc::new(Labels { kernel: plan.kernel.clone(), attach: plan.mode.to_string() });
-    let (publish, snapshots) = watch::channel(Arc::new(Snapshot::default()));
+    // The whole exit's series, at zero, from the first scrape on: a rate over a window that
+    // starts before the first exit then counts every exit.
+    let empty = Snapshot::take(&Profile::new(&plan), Losses::default());
+    let (publish, snapshots) = watch::channel(Arc::new(empty));
     let server = tokio::spawn(http::serve(listener, http::router(snapshots, labels)));
     let started = start(prepared, &run.target, None, true, Some(&mut attached.probes.ebpf))?;
     eprintln!("exitprof: serving metrics on http://{listen}/metrics");
