@@ -15,7 +15,7 @@ use crate::{
 };
 
 /// How often records are read from the ring buffers, unless one fills up first.
-pub const READ_INTERVAL: Duration = Duration::from_millis(20);
+const READ_INTERVAL: Duration = Duration::from_millis(20);
 
 /// How long to wait, after the target ended, for its last exits to reach their final switch.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(2);

@@ -83,12 +83,21 @@ fn prometheus_sees_the_median_exitprof_reports() {
         r#"histogram_quantile(0.5, sum by (le) (rate(exitprof_exit_stage_latency_seconds_bucket{{stage="exit"}}[{window}s])))"#
     );
     let median_s = prometheus.query(&promql).expect("a median from prometheus");
-    let exitprof_ns = num(exit, "p50_ns") as u64;
-    let bounds = bounds_ns();
-    let hi = bounds.iter().position(|&b| b >= exitprof_ns).expect("a median under 10 s");
-    let (lo_ns, hi_ns) = (if hi == 0 { 0 } else { bounds[hi - 1] }, bounds[hi]);
+    // What the two probe sets' timing of the same exits differs by: their means.
+    let mean_s = prometheus
+        .query(
+            r#"sum(exitprof_exit_stage_latency_seconds_sum{stage="exit"}) / sum(exitprof_exit_stage_latency_seconds_count{stage="exit"})"#,
+        )
+        .expect("a mean from prometheus");
     eprintln!(
-        "median exit: prometheus {:.2} µs, exitprof {:.2} µs (bucket {:.1}-{:.1} µs)",
+        "mean exit: serve {:.2} µs, exitprof {:.2} µs",
+        mean_s * 1e6,
+        num(exit, "mean_ns") / 1e3
+    );
+    let exitprof_ns = num(exit, "p50_ns") as u64;
+    let (lo_ns, hi_ns) = allowed_bucket(exitprof_ns);
+    eprintln!(
+        "median exit: prometheus {:.2} µs, exitprof {:.2} µs (allowed {:.1}-{:.1} µs)",
         median_s * 1e6,
         exitprof_ns as f64 / 1e3,
         lo_ns as f64 / 1e3,
@@ -100,6 +109,26 @@ fn prometheus_sees_the_median_exitprof_reports() {
         "prometheus's median {median_ns:.0} ns is not in the bucket {lo_ns}-{hi_ns} ns of \
          exitprof's {exitprof_ns} ns"
     );
+}
+
+/// The fixed bucket (from its lower bound to its upper one, in ns) that holds `median_ns`, where
+/// a quantile of the bucket counts must lie. Serve and the one-shot run each time the same exits
+/// with the other's programs partly inside their intervals, so their figures differ (their means
+/// by 3.7 to 4.3 µs on the 2-CPU test VM, serve's the longer): a median within 10 % of a bound
+/// may fall on the other side of it in serve's counts, and the bucket there is allowed too.
+fn allowed_bucket(median_ns: u64) -> (u64, u64) {
+    let bounds = bounds_ns();
+    let hi = bounds.iter().position(|&b| b >= median_ns).expect("a median under 10 s");
+    let lower = |i: usize| if i == 0 { 0 } else { bounds[i - 1] };
+    let (mut lo_ns, mut hi_ns) = (lower(hi), bounds[hi]);
+    let median = median_ns as f64;
+    if median >= hi_ns as f64 * 0.9 && hi + 1 < bounds.len() {
+        hi_ns = bounds[hi + 1];
+    }
+    if hi > 0 && median <= lo_ns as f64 * 1.1 {
+        lo_ns = lower(hi - 1);
+    }
+    (lo_ns, hi_ns)
 }
 
 /// The scrape load: scrapers at once, for how long, and requests per scraper at most.
