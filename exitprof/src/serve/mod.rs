@@ -84,8 +84,9 @@ async fn run(request: ServeRequest) -> anyhow::Result<()> {
     // starts before the first exit then counts every exit.
     let empty = Snapshot::take(&Profile::new(&plan), Losses::default());
     let (publish, snapshots) = watch::channel(Arc::new(empty));
-    let server = tokio::spawn(http::serve(listener, http::router(snapshots, labels)));
     let started = start(prepared, &run.target, None, true, Some(&mut attached.probes.ebpf))?;
+    // Served once the target is watched: an answer from /healthz means collecting.
+    let server = tokio::spawn(http::serve(listener, http::router(snapshots, labels)));
     eprintln!("exitprof: serving metrics on http://{listen}/metrics");
 
     let ended = collect::collect(&mut attached, &plan, started.stop, &mut signals, &publish).await;

@@ -34,7 +34,8 @@ fn task_name(test: &str) -> String {
     format!("xs{test}{}", std::process::id())
 }
 
-/// A storm started in the background; killed if the test fails first.
+/// A process started in the background (a storm, a process to watch); killed when dropped
+/// before it ended.
 struct Background(Option<Child>);
 
 impl Background {
@@ -324,4 +325,18 @@ fn sigterm_detaches_and_http_edges_are_answered() {
 /// The status line of a raw response ("" when the server closed without one).
 fn status_line(raw: &[u8]) -> String {
     String::from_utf8_lossy(raw).lines().next().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn a_watched_process_that_exits_ends_serve() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let watched = Background(Some(std::process::Command::new("sleep").arg("600").spawn().unwrap()));
+    let pid = watched.0.as_ref().unwrap().id().to_string();
+    let served = Served::start(dir.path(), &["--pid", &pid]);
+    // Killed and reaped.
+    drop(watched);
+    let (status, stderr) = served.finish();
+    assert!(status.success(), "serve ended {status} after its process:\n{stderr}");
+    assert!(stderr.contains("the watched process exited"), "{stderr}");
 }
