@@ -188,7 +188,11 @@ fn fifty_scrapers_get_whole_documents_while_exits_are_collected() {
         sorted.last().unwrap(),
         cpu / wall.as_secs_f64() * 100.0
     );
-    assert!(at(0.99) < Duration::from_secs(2), "p99 scrape latency {:?}", at(0.99));
+    // Prometheus's default scrape timeout is 10 s: no scrape may come near it, and 99 % of them
+    // within half of it, on 2 CPUs shared with the 50 scrapers parsing every document.
+    assert!(at(0.99) < Duration::from_secs(5), "p99 scrape latency {:?}", at(0.99));
+    let longest = *sorted.last().unwrap();
+    assert!(longest < Duration::from_secs(10), "a scrape took {longest:?}");
     // Every exit of the storm was collected while the scrapes ran.
     let expected = f64::from(100 * 300 + 1);
     let deadline = Instant::now() + Duration::from_secs(10);
