@@ -3,7 +3,7 @@
 //! [`CompareRequest`], ...). Values are checked here, so bad input fails with exit code 2 before
 //! anything is loaded or attached. Only `main.rs` imports this module.
 
-use std::{ffi::OsString, path::PathBuf, time::Duration};
+use std::{ffi::OsString, net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{
     ArgMatches, Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum,
@@ -16,6 +16,7 @@ use crate::{
     export::{self, ExportTarget, Format},
     probes::{ProbeOptions, kprobe_events, plan::AttachMode},
     run::RunRequest,
+    serve::{self, ServeRequest},
     target::{ForkParams, Storm, Target, ThreadsParams, workload::Driver},
 };
 
@@ -50,6 +51,10 @@ pub enum Command {
     /// Compares a condition on and off at rising exit rates (one row per --stagger): the 2006
     /// table of %overhead of user, sys and elapsed time against the exit rate.
     Sweep(SweepArgs),
+    /// Serves exit latencies to Prometheus for as long as it runs: watches every exit on the
+    /// machine (or --comm's, or --pid's), and answers GET /metrics (Prometheus text format, or
+    /// OpenMetrics when asked for) and GET /healthz. SIGINT or SIGTERM detach and end it.
+    Serve(ServeArgs),
     /// Runs a workload driver in this process (internal; also runs it with no probes at all
     /// when started directly, which is how the driver benchmark measures it).
     #[command(name = "__workload", hide = true)]
@@ -385,6 +390,46 @@ pub struct SweepArgs {
     pub staggers: Vec<u32>,
 }
 
+/// `exitprof serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub target: ServeTargetArgs,
+    /// Address to serve on. The default port, 19100, is in no allocation of Prometheus's list
+    /// of default exporter ports (9435 is ebpf_exporter's, 9464 OpenTelemetry's); the address
+    /// is loopback unless another is given here.
+    #[arg(long, value_name = "ADDR", default_value = serve::DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+    /// Attach mode: per point the best available (auto), or force one mode and fail where the
+    /// kernel cannot do it.
+    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
+    pub attach: AttachMode,
+    /// Use the exit syscalls' tracepoints to time exits from their start where `do_exit`
+    /// cannot be probed (tracepoint mode). They make every syscall of the machine take the
+    /// kernel's slower traced path, so they are off unless asked for.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = Switch::Off)]
+    pub syscall_tracepoints: Switch,
+    /// Size of the kernel-to-userspace ring buffer for exit records (a power of two) [default:
+    /// 4 MiB].
+    #[arg(long, value_name = "BYTES", value_parser = parse_ringbuf_size)]
+    pub ringbuf_bytes: Option<u32>,
+}
+
+/// Whose exits `serve` watches: at most one of these (every exit when none is given).
+#[derive(Debug, Args)]
+#[group(id = "serve_target", multiple = false)]
+pub struct ServeTargetArgs {
+    /// Watch every exit on the machine (exitprof's own excepted) [the default].
+    #[arg(long)]
+    pub all: bool,
+    /// Watch every task whose name (comm, at most 15 bytes) is NAME.
+    #[arg(long, value_name = "NAME", value_parser = parse_comm)]
+    pub comm: Option<String>,
+    /// Watch an existing process and its descendants; serve ends when it exits.
+    #[arg(long, value_name = "PID", value_parser = clap::value_parser!(u32).range(1..=i32::MAX as i64))]
+    pub pid: Option<u32>,
+}
+
 /// The hidden child-process side of a workload.
 #[derive(Debug, Args)]
 pub struct DriverArgs {
@@ -465,6 +510,30 @@ impl RunArgs {
             ringbuf_bytes: self.ringbuf_bytes,
             bpf_stats: self.bpf_stats,
         })
+    }
+}
+
+impl ServeArgs {
+    /// What `serve` is asked to do.
+    pub fn request(&self) -> ServeRequest {
+        let t = &self.target;
+        let target = match (t.pid, &t.comm) {
+            (Some(pid), _) => Target::Pid(pid),
+            (None, Some(comm)) => Target::Comm(comm.clone()),
+            (None, None) => Target::All,
+        };
+        ServeRequest {
+            target,
+            probes: ProbeOptions {
+                attach: self.attach,
+                kretprobe_maxactive: kprobe_events::MAX_ACTIVE,
+                syscall_tracepoints: self.syscall_tracepoints.choice(),
+                block_stacks: false,
+                sample_hz: 0,
+            },
+            listen: self.listen,
+            ringbuf_bytes: self.ringbuf_bytes,
+        }
     }
 }
 
@@ -684,6 +753,33 @@ mod tests {
         ] {
             let err = parse(args).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::ArgumentConflict, "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn serve_watches_every_exit_on_loopback_unless_told() {
+        let serve = |args: &[&str]| {
+            let cli = parse(&[&["serve"], args].concat())?;
+            let Some(Command::Serve(serve)) = cli.command else { panic!("not serve: {args:?}") };
+            Ok::<_, clap::Error>(serve.request())
+        };
+        let default = serve(&[]).unwrap();
+        assert_eq!(default.target, Target::All);
+        assert_eq!(default.listen.to_string(), "127.0.0.1:19100");
+        assert_eq!(default.probes.syscall_tracepoints, Some(false));
+        assert!(!default.probes.block_stacks && default.probes.sample_hz == 0);
+        assert_eq!(serve(&["--comm", "nginx"]).unwrap().target, Target::Comm("nginx".to_owned()));
+        let pid = serve(&["--pid", "7", "--listen", "[::]:9000"]).unwrap();
+        assert_eq!((pid.target, pid.listen.port()), (Target::Pid(7), 9000));
+        for (args, kind) in [
+            (&["--all", "--pid", "1"][..], ErrorKind::ArgumentConflict),
+            (&["--comm", "a", "--pid", "1"], ErrorKind::ArgumentConflict),
+            (&["--listen", "localhost"], ErrorKind::ValueValidation),
+            (&["--workload", "fork"], ErrorKind::UnknownArgument),
+        ] {
+            let err = serve(args).err().unwrap_or_else(|| panic!("{args:?} accepted"));
+            assert_eq!(err.kind(), kind, "{args:?}: {err}");
+            assert_eq!(err.exit_code(), 2, "{args:?}");
         }
     }
 

@@ -9,6 +9,7 @@ mod kernel;
 mod probes;
 mod report;
 mod run;
+mod serve;
 mod target;
 
 use std::{io::Write as _, process::ExitCode};
@@ -51,6 +52,7 @@ fn main() -> ExitCode {
         Some(Command::Compare(args)) => {
             compare_and_report(&args.request(None).unwrap_or_else(|usage| usage.exit()))
         }
+        Some(Command::Serve(args)) => serve::serve(args.request()),
         Some(Command::Sweep(args)) => compare_and_report(
             &args.compare.request(Some(args.staggers)).unwrap_or_else(|usage| usage.exit()),
         ),

@@ -15,5 +15,6 @@ mod namespaces;
 mod pid_max;
 mod plan;
 mod reliability;
+mod serve;
 mod threads_storm;
 mod workloads;

@@ -137,6 +137,18 @@ impl Profile {
         rows
     }
 
+    /// Each kind of exit's histograms with their stage names, in kernel order: the whole exit
+    /// (`exit`) first, also before any exit of the kind (a monitor's series exist from the start).
+    pub fn latencies_by_kind(&self) -> impl Iterator<Item = (ExitKind, &str, &Latency)> {
+        ExitKind::ALL.into_iter().zip(&self.kinds).flat_map(move |(kind, h)| {
+            std::iter::once(("exit", &h.exit))
+                .chain(
+                    self.rows_of(h).into_iter().map(|row| (row.stage.name.as_str(), row.latency)),
+                )
+                .map(move |(stage, latency)| (kind, stage, latency))
+        })
+    }
+
     /// Every histogram with its stage name, in kernel order: the whole exit (`exit`) first.
     pub fn latencies(&self) -> impl Iterator<Item = (&str, &Latency)> {
         std::iter::once(("exit", &self.all.exit))

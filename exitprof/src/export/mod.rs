@@ -18,7 +18,7 @@ mod from_compare;
 mod from_run;
 mod hlog;
 mod json;
-mod prom;
+pub mod prom;
 mod svg;
 
 use std::{

@@ -1,16 +1,74 @@
-//! Prometheus text exposition format (`.prom`), for node_exporter's textfile collector or a
-//! Pushgateway: one histogram per series, and the run's counters and gauges.
+//! Prometheus text exposition formats: the `.prom` export (text format 0.0.4, for
+//! node_exporter's textfile collector or a Pushgateway: one histogram per series, and the run's
+//! counters and gauges), and the [`Writer`] it shares with `exitprof serve`, which also writes
+//! OpenMetrics 1.0.
 //!
 //! Histogram buckets are fixed, 1-2-5 per decade from 100 ns to 10 s, so runs on different
 //! kernels and machines can be aggregated. Counts are HdrHistogram's (`count_between(0, le)`):
 //! the histogram's own bucket holding a bound counts in full, so a value up to 0.1% above a bound
 //! can count under it. `_sum` is exact.
+//!
+//! Written here rather than with a Prometheus client crate: the well-kept ones (prometheus,
+//! prometheus-client) fill their own buckets one observation at a time and cannot take the
+//! counts of an HdrHistogram, and prometheus-client writes OpenMetrics only, not the text format
+//! the `.prom` file needs.
 
 use std::fmt::Write as _;
 
-use super::{ExportSet, RunStats, Series, Variant};
+use hdrhistogram::Histogram;
 
-const LATENCY: &str = "exitprof_exit_stage_latency_seconds";
+use super::{ExportSet, RunStats, Series, Variant};
+use crate::analysis::histogram::recorded_buckets;
+
+pub const LATENCY: &str = "exitprof_exit_stage_latency_seconds";
+
+/// The two text formats Prometheus reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TextFormat {
+    /// The text exposition format 0.0.4.
+    Prometheus,
+    /// OpenMetrics 1.0.0: counters' families named without `_total`, `# EOF` at the end.
+    OpenMetrics,
+}
+
+impl TextFormat {
+    /// The HTTP content type of a document in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::Prometheus => "text/plain; version=0.0.4; charset=utf-8",
+            Self::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
+
+/// A latency histogram in the fixed buckets: cumulative counts per bound of [`bounds_ns`], the
+/// count and the exact sum.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FixedBuckets {
+    cumulative: Vec<u64>,
+    count: u64,
+    sum_ns: u128,
+}
+
+impl FixedBuckets {
+    /// The fixed buckets of an HdrHistogram whose values sum to `sum_ns`, in one pass over its
+    /// recorded buckets.
+    pub fn of(hist: &Histogram<u64>, sum_ns: u128) -> Self {
+        let recorded = recorded_buckets(hist);
+        let mut below = 0;
+        let mut next = recorded.iter().peekable();
+        let cumulative = bounds_ns()
+            .into_iter()
+            .map(|bound| {
+                while let Some(b) = next.next_if(|b| b.low_ns <= bound) {
+                    below += b.count;
+                }
+                below
+            })
+            .collect();
+        Self { cumulative, count: hist.len(), sum_ns }
+    }
+}
 
 /// A metric with one sample per run.
 struct RunMetric {
@@ -60,6 +118,13 @@ const RUN_METRICS: [RunMetric; 6] = [
     },
 ];
 
+/// What `exitprof_losses_total`'s `cause` label means.
+pub const LOSSES: &str = "exitprof_losses_total";
+pub const LOSSES_HELP: &str = "Records lost, by cause: exits (ringbuf_full, state_map_full, \
+     stale_records, undecodable, unfinished), probe hits (hits, probe_misses), followed tasks \
+     (tracked_map_full), deferred work (deferred_ringbuf_full, deferred_state_full), on-CPU \
+     samples (samples_lost).";
+
 /// The finite bucket bounds, in ns.
 fn bounds_ns() -> Vec<u64> {
     let decades = (2..10).map(|exp| 10u64.pow(exp));
@@ -69,61 +134,42 @@ fn bounds_ns() -> Vec<u64> {
 }
 
 pub fn encode(set: &ExportSet) -> Vec<u8> {
-    let mut out = String::new();
-    family(
-        &mut out,
+    let mut out = Writer::new(TextFormat::Prometheus);
+    out.family(
         LATENCY,
         "histogram",
         "Time tasks spent in each stage of their exit; stage \"exit\" is the whole exit.",
     );
-    let bounds = bounds_ns();
     for series in &set.series {
-        let labels = series_labels(set, series);
-        for &le_ns in &bounds {
-            let count = series.hist.count_between(0, le_ns);
-            let le = seconds(u128::from(le_ns));
-            sample(&mut out, &format!("{LATENCY}_bucket"), &labels, &[("le", &le)], count);
-        }
-        let total = series.hist.len();
-        sample(&mut out, &format!("{LATENCY}_bucket"), &labels, &[("le", "+Inf")], total);
-        sample(&mut out, &format!("{LATENCY}_sum"), &labels, &[], seconds(series.sum_ns));
-        sample(&mut out, &format!("{LATENCY}_count"), &labels, &[], total);
+        let buckets = FixedBuckets::of(&series.hist, series.sum_ns);
+        out.histogram(LATENCY, &series_labels(set, series), &buckets);
     }
 
     for m in RUN_METRICS {
-        family(&mut out, m.name, m.kind, m.help);
+        out.family(m.name, m.kind, m.help);
         for run in &set.runs {
             if let Some(value) = (m.value)(set, run) {
-                sample(&mut out, m.name, &run_labels(set, &run.variant), &[], value);
+                out.sample(m.name, &run_labels(set, &run.variant), &[], value);
             }
         }
     }
 
     let cpu = "exitprof_workload_cpu_seconds";
-    family(&mut out, cpu, "gauge", "CPU time of the storm's process (wait4 rusage), by mode.");
+    out.family(cpu, "gauge", "CPU time of the storm's process (wait4 rusage), by mode.");
     for run in &set.runs {
         for (mode, time) in [("user", run.user), ("sys", run.sys)] {
             let Some(time) = time else { continue };
             let labels = run_labels(set, &run.variant);
-            sample(&mut out, cpu, &labels, &[("mode", mode)], seconds(time.as_nanos()));
+            out.sample(cpu, &labels, &[("mode", mode)], seconds(time.as_nanos()));
         }
     }
-    let losses = "exitprof_losses_total";
-    family(
-        &mut out,
-        losses,
-        "counter",
-        "Records lost, by cause: exits (ringbuf_full, state_map_full, stale_records, \
-         undecodable, unfinished), probe hits (hits, probe_misses), followed tasks \
-         (tracked_map_full), deferred work (deferred_ringbuf_full, deferred_state_full), \
-         on-CPU samples (samples_lost).",
-    );
+    out.family(LOSSES, "counter", LOSSES_HELP);
     for run in &set.runs {
         for (cause, n) in &run.losses {
-            sample(&mut out, losses, &run_labels(set, &run.variant), &[("cause", cause)], n);
+            out.sample(LOSSES, &run_labels(set, &run.variant), &[("cause", cause)], n);
         }
     }
-    out.into_bytes()
+    out.finish()
 }
 
 /// Labels of every sample of a run: `condition`, `row` (empty when unset), `workload`, `kernel`,
@@ -143,30 +189,81 @@ fn series_labels(set: &ExportSet, series: &Series) -> Vec<(&'static str, String)
     labels
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
+/// A document in one of the text formats, written family by family.
+pub struct Writer {
+    out: String,
+    format: TextFormat,
 }
 
-fn sample(
-    out: &mut String,
-    name: &str,
-    labels: &[(&str, String)],
-    extra: &[(&str, &str)],
-    value: impl std::fmt::Display,
-) {
-    let pairs = labels.iter().map(|(k, v)| (*k, v.as_str())).chain(extra.iter().copied());
-    let rendered: Vec<String> = pairs.map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
-    let _ = writeln!(out, "{name}{{{}}} {value}", rendered.join(","));
+impl Writer {
+    pub fn new(format: TextFormat) -> Self {
+        Self { out: String::new(), format }
+    }
+
+    /// The `# HELP` and `# TYPE` lines of a family; `name` is its samples' name (a counter's
+    /// with `_total`, which OpenMetrics leaves out of the family's).
+    pub fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let name = match self.format {
+            TextFormat::OpenMetrics if kind == "counter" => {
+                name.strip_suffix("_total").unwrap_or(name)
+            }
+            _ => name,
+        };
+        let help = match self.format {
+            TextFormat::Prometheus => help.replace('\\', r"\\").replace('\n', r"\n"),
+            TextFormat::OpenMetrics => escape(help),
+        };
+        let _ = writeln!(self.out, "# HELP {name} {help}");
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+    }
+
+    /// One sample: `name{labels,extra} value` (`name value` without labels).
+    pub fn sample(
+        &mut self,
+        name: &str,
+        labels: &[(&str, String)],
+        extra: &[(&str, &str)],
+        value: impl std::fmt::Display,
+    ) {
+        let pairs = labels.iter().map(|(k, v)| (*k, v.as_str())).chain(extra.iter().copied());
+        let rendered: Vec<String> = pairs.map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
+        if rendered.is_empty() {
+            let _ = writeln!(self.out, "{name} {value}");
+        } else {
+            let _ = writeln!(self.out, "{name}{{{}}} {value}", rendered.join(","));
+        }
+    }
+
+    /// The samples of one histogram (its family's lines written before): a bucket per fixed
+    /// bound and `+Inf`, `_sum` in seconds and `_count`.
+    pub fn histogram(&mut self, name: &str, labels: &[(&str, String)], buckets: &FixedBuckets) {
+        let bucket = format!("{name}_bucket");
+        for (&le_ns, &count) in bounds_ns().iter().zip(&buckets.cumulative) {
+            let le = seconds(u128::from(le_ns));
+            self.sample(&bucket, labels, &[("le", &le)], count);
+        }
+        self.sample(&bucket, labels, &[("le", "+Inf")], buckets.count);
+        self.sample(&format!("{name}_sum"), labels, &[], seconds(buckets.sum_ns));
+        self.sample(&format!("{name}_count"), labels, &[], buckets.count);
+    }
+
+    /// The document, with OpenMetrics' end marker where it needs one.
+    pub fn finish(mut self) -> Vec<u8> {
+        if self.format == TextFormat::OpenMetrics {
+            self.out.push_str("# EOF\n");
+        }
+        self.out.into_bytes()
+    }
 }
 
-/// A label value as the format wants it: backslash, double quote and newline escaped.
+/// A label value (or an OpenMetrics help text) as the formats want it: backslash, double quote
+/// and newline escaped.
 fn escape(value: &str) -> String {
     value.replace('\\', r"\\").replace('"', "\\\"").replace('\n', r"\n")
 }
 
 /// Exact decimal seconds from ns: `0.0000001`, `1.5`, `10`.
-fn seconds(ns: u128) -> String {
+pub fn seconds(ns: u128) -> String {
     let (whole, frac) = (ns / 1_000_000_000, ns % 1_000_000_000);
     if frac == 0 {
         whole.to_string()
@@ -182,10 +279,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::{
-        analysis::histogram::{Latency, recorded_buckets},
-        export::tests::two_condition_set,
-    };
+    use crate::{analysis::histogram::Latency, export::tests::two_condition_set};
 
     fn label(sample: &Sample<PrometheusValue>, name: &str) -> String {
         let labels = sample.get_labelset().expect("a sample of a family");

@@ -6,7 +6,10 @@ use std::time::{Duration, Instant};
 use super::start::{Attached, Started, Stop};
 use crate::{
     analysis::session::Session,
-    probes::maps::{self, RecordStream},
+    probes::{
+        load::Probes,
+        maps::{self, RecordStream},
+    },
     report::progress::{self, Progress},
     target::signals::{Signals, signal_name},
 };
@@ -41,15 +44,11 @@ pub async fn collect_until(
     let Started { mut stop, killer } = started;
     let begin = Instant::now();
     let (mut probes, mut streams, symbols) = match attached {
-        Some(a) => (
-            Some(&mut a.probes),
-            Streams {
-                exits: Some(&mut a.exits),
-                deferred: Some(&mut a.deferred),
-                samples: Some(&mut a.samples),
-            },
-            Some(&a.symbols),
-        ),
+        Some(a) => {
+            let symbols = a.symbols.clone();
+            let (probes, streams) = a.split();
+            (Some(probes), streams, Some(symbols))
+        }
         None => (None, Streams::default(), None),
     };
     if let Some(probes) = probes.as_deref_mut() {
@@ -64,15 +63,7 @@ pub async fn collect_until(
     let stop = loop {
         tokio::select! {
             _ = reads.tick() => streams.drain(session),
-            ready = ready(streams.exits.as_deref_mut()) => {
-                ready?;
-                streams.drain(session);
-            }
-            ready = ready(streams.deferred.as_deref_mut()) => {
-                ready?;
-                streams.drain(session);
-            }
-            ready = ready(streams.samples.as_deref_mut()) => {
+            ready = streams.ready() => {
                 ready?;
                 streams.drain(session);
             }
@@ -118,25 +109,67 @@ pub async fn collect_until(
     Ok(Collected { stop, interrupted, elapsed, unfinished })
 }
 
+/// What records are read into: a run's [`Session`], or what `serve` keeps.
+pub trait RecordSink {
+    fn exit_record(&mut self, bytes: &[u8]);
+    fn deferred_record(&mut self, bytes: &[u8]);
+    fn sample_record(&mut self, bytes: &[u8]);
+}
+
+impl RecordSink for Session {
+    fn exit_record(&mut self, bytes: &[u8]) {
+        Session::exit_record(self, bytes);
+    }
+
+    fn deferred_record(&mut self, bytes: &[u8]) {
+        Session::deferred_record(self, bytes);
+    }
+
+    fn sample_record(&mut self, bytes: &[u8]) {
+        Session::sample_record(self, bytes);
+    }
+}
+
 /// The ring buffers a run reads (none without probes).
 #[derive(Default)]
-struct Streams<'a> {
+pub struct Streams<'a> {
     exits: Option<&'a mut RecordStream>,
     deferred: Option<&'a mut RecordStream>,
     samples: Option<&'a mut RecordStream>,
 }
 
+impl Attached {
+    /// The loaded programs, and the ring buffers they fill.
+    pub fn split(&mut self) -> (&mut Probes, Streams<'_>) {
+        let streams = Streams {
+            exits: Some(&mut self.exits),
+            deferred: Some(&mut self.deferred),
+            samples: Some(&mut self.samples),
+        };
+        (&mut self.probes, streams)
+    }
+}
+
 impl Streams<'_> {
     /// Reads every record available now, exits first (a sample joins its exit's record).
-    fn drain(&mut self, session: &mut Session) {
+    pub fn drain(&mut self, sink: &mut impl RecordSink) {
         if let Some(exits) = self.exits.as_deref_mut() {
-            exits.drain(|b| session.exit_record(b));
+            exits.drain(|b| sink.exit_record(b));
         }
         if let Some(deferred) = self.deferred.as_deref_mut() {
-            deferred.drain(|b| session.deferred_record(b));
+            deferred.drain(|b| sink.deferred_record(b));
         }
         if let Some(samples) = self.samples.as_deref_mut() {
-            samples.drain(|b| session.sample_record(b));
+            samples.drain(|b| sink.sample_record(b));
+        }
+    }
+
+    /// Waits until a ring buffer has records to read (forever without ring buffers).
+    pub async fn ready(&mut self) -> anyhow::Result<()> {
+        tokio::select! {
+            ready = ready(self.exits.as_deref_mut()) => ready,
+            ready = ready(self.deferred.as_deref_mut()) => ready,
+            ready = ready(self.samples.as_deref_mut()) => ready,
         }
     }
 }

@@ -53,9 +53,19 @@ impl CpuTime {
     }
 }
 
+/// exitprof's resident memory now (VmRSS), in bytes; `None` where it cannot be read.
+pub fn resident_bytes() -> Option<u64> {
+    status_bytes(&std::fs::read_to_string("/proc/self/status").ok()?, "VmRSS:")
+}
+
 /// VmHWM of a /proc/PID/status text, in bytes.
 fn vm_hwm(status: &str) -> Option<u64> {
-    let kib = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().strip_suffix("kB")?;
+    status_bytes(status, "VmHWM:")
+}
+
+/// A field of a /proc/PID/status text that the kernel gives in kB, in bytes.
+fn status_bytes(status: &str, field: &str) -> Option<u64> {
+    let kib = status.lines().find_map(|l| l.strip_prefix(field))?.trim().strip_suffix("kB")?;
     Some(kib.trim().parse::<u64>().ok()? << 10)
 }
 
@@ -106,6 +116,8 @@ mod tests {
         let cost = OwnCost::now(CpuTime::now().since(start));
         assert!(sum > 0);
         assert!(cost.peak_rss_bytes.is_some_and(|b| b > 0), "{cost:?}");
+        let rss = resident_bytes().expect("VmRSS");
+        assert!(rss > 0 && rss <= cost.peak_rss_bytes.unwrap(), "{rss} {cost:?}");
         let (all, spent) = (cost.cpu.user_s + cost.cpu.sys_s, cost.collecting.user_s);
         assert!(spent > 0.0 && spent <= all, "{cost:?}");
     }

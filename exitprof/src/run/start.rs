@@ -234,9 +234,9 @@ pub fn load_options(prepared: &Prepared, request: &RunRequest) -> LoadOptions {
 
 /// The target, started or found, with what will stop collecting it.
 pub struct Started {
-    pub(super) stop: Pin<Box<dyn Future<Output = anyhow::Result<Stop>>>>,
+    pub stop: Pin<Box<dyn Future<Output = anyhow::Result<Stop>>>>,
     /// Kills exitprof's children, for targets it started.
-    pub(super) killer: Option<Killer>,
+    pub killer: Option<Killer>,
 }
 
 /// Starts the workload's children, or begins to watch processes exitprof did not start. With

@@ -1,0 +1,119 @@
+//! serve's collection loop: records read from the ring buffers as a run reads them, on a slower
+//! beat, folded into the profile's histograms, and a snapshot published for the scrapes.
+
+use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
+
+use tokio::{sync::watch, time::MissedTickBehavior};
+
+use super::metrics::Snapshot;
+use crate::{
+    analysis::{profile::Profile, records::Exit},
+    probes::{
+        load::Probes,
+        maps::{self, KernelLosses},
+        plan::Plan,
+    },
+    run::{
+        Losses,
+        collect::RecordSink,
+        start::{Attached, Stop},
+    },
+    target::signals::Signals,
+};
+
+/// How often records are read, unless a ring buffer a quarter full wakes serve first. Longer
+/// than a run's beat: serve has no end to be exact about, and each wakeup costs it CPU when the
+/// machine is idle (at 20 ms, 0.5 % of a CPU with no exit at all).
+const READ_INTERVAL: Duration = Duration::from_millis(250);
+
+/// How often a new snapshot is published when something changed: scrapes see exits at most this
+/// late (plus a read), and an idle serve does no work for its snapshots.
+const PUBLISH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What ended serving.
+pub enum Ended {
+    Signal(i32),
+    /// The process of `--pid` exited.
+    TargetExited,
+}
+
+/// What serve keeps of the records: the exits' histograms, fixed in size.
+struct Folded {
+    profile: Profile,
+    undecodable: u64,
+}
+
+impl RecordSink for Folded {
+    fn exit_record(&mut self, bytes: &[u8]) {
+        match Exit::decode(bytes) {
+            Ok(exit) => {
+                self.profile.add(&exit);
+            }
+            Err(e) => {
+                self.undecodable += 1;
+                log::debug!("undecodable exit record: {e}");
+            }
+        }
+    }
+
+    /// Deferred work is not served (its joins keep exits in flight): its records are read, so
+    /// that their ring buffer does not fill and count losses, and dropped.
+    fn deferred_record(&mut self, _: &[u8]) {}
+
+    /// Sampling is off in serve: no sample comes.
+    fn sample_record(&mut self, _: &[u8]) {}
+}
+
+impl Folded {
+    /// Every loss so far (none is `unfinished`: serve has no end to finish by).
+    fn losses(&self, probes: &Probes) -> anyhow::Result<Losses> {
+        Ok(Losses {
+            kernel: KernelLosses::read(&probes.ebpf)?,
+            undecodable: self.undecodable,
+            unfinished: 0,
+            hits: self.profile.lost_hits,
+            probe_misses: probes.misses()?,
+        })
+    }
+}
+
+/// Collects until a signal (or the `--pid` process's exit), publishing snapshots as it goes.
+pub async fn collect(
+    attached: &mut Attached,
+    plan: &Plan,
+    mut stop: Pin<Box<dyn Future<Output = anyhow::Result<Stop>>>>,
+    signals: &mut Signals,
+    publish: &watch::Sender<Arc<Snapshot>>,
+) -> anyhow::Result<Ended> {
+    let (probes, mut streams) = attached.split();
+    maps::set_stopped(&mut probes.ebpf, false)?;
+    let mut folded = Folded { profile: Profile::new(plan), undecodable: 0 };
+    let mut reads = tokio::time::interval(READ_INTERVAL);
+    reads.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut publishes = tokio::time::interval(PUBLISH_INTERVAL);
+    publishes.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // Exits and losses of the last snapshot.
+    let mut published = None;
+    loop {
+        tokio::select! {
+            _ = reads.tick() => streams.drain(&mut folded),
+            ready = streams.ready() => {
+                ready?;
+                streams.drain(&mut folded);
+            }
+            _ = publishes.tick() => {
+                let losses = folded.losses(probes)?;
+                let state = (folded.profile.exits, losses.by_cause().map(|(_, _, n)| n));
+                if published.as_ref() != Some(&state) {
+                    publish.send_replace(Arc::new(Snapshot::take(&folded.profile, losses)));
+                    published = Some(state);
+                }
+            }
+            stopped = &mut stop => {
+                stopped?;
+                return Ok(Ended::TargetExited);
+            }
+            signal = signals.next() => return Ok(Ended::Signal(signal)),
+        }
+    }
+}

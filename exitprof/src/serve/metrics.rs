@@ -1,0 +1,175 @@
+//! What `/metrics` serves: the latest snapshot of the collection (taken by the collection loop,
+//! shared read-only), rendered per scrape in the format the scraper asked for, with exitprof's
+//! own CPU time and memory read at the scrape.
+
+use crate::{
+    analysis::{profile::Profile, records::ExitKind},
+    export::prom::{FixedBuckets, LATENCY, LOSSES, LOSSES_HELP, TextFormat, Writer},
+    run::{Losses, own_cost},
+};
+
+/// The collection at one moment: every histogram in the fixed buckets, and the counters.
+pub struct Snapshot {
+    pub series: Vec<StageSeries>,
+    pub exits_recorded: u64,
+    pub losses: Losses,
+}
+
+/// One stage's histogram for one kind of exit.
+pub struct StageSeries {
+    pub kind: ExitKind,
+    pub stage: String,
+    pub buckets: FixedBuckets,
+}
+
+impl Snapshot {
+    pub fn take(profile: &Profile, losses: Losses) -> Self {
+        let series = profile
+            .latencies_by_kind()
+            .map(|(kind, stage, latency)| StageSeries {
+                kind,
+                stage: stage.to_owned(),
+                buckets: FixedBuckets::of(&latency.hist, latency.total_ns),
+            })
+            .collect();
+        Self { series, exits_recorded: profile.exits, losses }
+    }
+}
+
+/// What every exitprof sample is labelled with.
+pub struct Labels {
+    pub kernel: String,
+    pub attach: String,
+}
+
+/// The document of one scrape.
+pub fn render(snapshot: &Snapshot, labels: &Labels, format: TextFormat) -> Vec<u8> {
+    let mut out = Writer::new(format);
+    let common = [("kernel", labels.kernel.clone()), ("attach", labels.attach.clone())];
+    out.family(
+        LATENCY,
+        "histogram",
+        "Time exiting tasks spent in each stage of their exit since exitprof started, by kind \
+         (thread: a thread of a process that lives on; process: its last thread); stage exit is \
+         the whole exit.",
+    );
+    for series in &snapshot.series {
+        let mut series_labels =
+            vec![("stage", series.stage.clone()), ("kind", series.kind.name().to_owned())];
+        series_labels.extend(common.iter().cloned());
+        out.histogram(LATENCY, &series_labels, &series.buckets);
+    }
+    let recorded = "exitprof_exits_recorded_total";
+    out.family(recorded, "counter", "Exits timed and recorded.");
+    out.sample(recorded, &common, &[], snapshot.exits_recorded);
+    let lost = "exitprof_exits_lost_total";
+    out.family(lost, "counter", "Exits lost, all causes together.");
+    out.sample(lost, &common, &[], snapshot.losses.exits());
+    out.family(LOSSES, "counter", LOSSES_HELP);
+    for (cause, _, n) in snapshot.losses.by_cause() {
+        out.sample(LOSSES, &common, &[("cause", cause)], n);
+    }
+
+    let cpu = own_cost::CpuTime::now();
+    let cpu_total = "process_cpu_seconds_total";
+    out.family(cpu_total, "counter", "User and system CPU time exitprof spent, in seconds.");
+    out.sample(cpu_total, &[], &[], cpu.user_s + cpu.sys_s);
+    if let Some(bytes) = own_cost::resident_bytes() {
+        let rss = "process_resident_memory_bytes";
+        out.family(rss, "gauge", "exitprof's resident memory, in bytes.");
+        out.sample(rss, &[], &[], bytes);
+    }
+    out.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use openmetrics_parser::{
+        MetricsExposition, OpenMetricsType, OpenMetricsValue, PrometheusType, PrometheusValue,
+        openmetrics::parse_openmetrics, prometheus::parse_prometheus,
+    };
+
+    use super::*;
+    use crate::analysis::histogram::Latency;
+
+    fn snapshot() -> Snapshot {
+        let mut latency = Latency::default();
+        for ns in [900, 4_000, 7_000, 7_500, 30_000] {
+            latency.record(ns, 0);
+        }
+        let series = [(ExitKind::Thread, "exit"), (ExitKind::Process, "exit_mm")]
+            .map(|(kind, stage)| StageSeries {
+                kind,
+                stage: stage.to_owned(),
+                buckets: FixedBuckets::of(&latency.hist, latency.total_ns),
+            })
+            .into();
+        let mut losses = Losses { undecodable: 2, ..Losses::default() };
+        losses.kernel.ringbuf_full = 3;
+        Snapshot { series, exits_recorded: 5, losses }
+    }
+
+    /// Both formats parse, with every family typed and every sample labelled as served.
+    #[test]
+    fn both_formats_parse_with_the_same_figures() {
+        let labels = Labels { kernel: "6.18.0".to_owned(), attach: "auto".to_owned() };
+        let text = String::from_utf8(render(&snapshot(), &labels, TextFormat::Prometheus)).unwrap();
+        let om = String::from_utf8(render(&snapshot(), &labels, TextFormat::OpenMetrics)).unwrap();
+        assert!(om.ends_with("# EOF\n") && !text.contains("# EOF"));
+        let prometheus = parse_prometheus(&text).unwrap_or_else(|e| panic!("{e:?}:\n{text}"));
+        let openmetrics = parse_openmetrics(&om).unwrap_or_else(|e| panic!("{e:?}:\n{om}"));
+        check(&prometheus);
+        // OpenMetrics: the same families, counters named without `_total`.
+        let families = |names: Vec<&String>| {
+            let mut names: Vec<String> =
+                names.into_iter().map(|n| n.trim_end_matches("_total").to_owned()).collect();
+            names.sort();
+            names
+        };
+        assert_eq!(
+            families(openmetrics.families.keys().collect()),
+            families(prometheus.families.keys().collect())
+        );
+        let latency = &openmetrics.families[LATENCY];
+        assert_eq!(latency.family_type, OpenMetricsType::Histogram);
+        for sample in latency.iter_samples() {
+            let OpenMetricsValue::Histogram(h) = &sample.value else { panic!("not a histogram") };
+            assert_eq!(h.count, Some(5));
+        }
+        let lost = &openmetrics.families["exitprof_exits_lost"];
+        assert_eq!(lost.family_type, OpenMetricsType::Counter);
+    }
+
+    fn check(exposition: &MetricsExposition<PrometheusType, PrometheusValue>) {
+        let latency = &exposition.families[LATENCY];
+        assert_eq!(latency.family_type, PrometheusType::Histogram);
+        let samples: Vec<_> = latency.iter_samples().collect();
+        assert_eq!(samples.len(), 2);
+        for sample in samples {
+            let labels = sample.get_labelset().unwrap();
+            assert_eq!(labels.get_label_value("kernel"), Some("6.18.0"));
+            assert!(labels.get_label_value("kind").is_some());
+            let PrometheusValue::Histogram(h) = &sample.value else { panic!("not a histogram") };
+            assert_eq!(h.count, Some(5));
+            // 900 ns under 1 µs, 4 µs under 5 µs, both 7 µs under 10 µs, 30 µs under 50 µs.
+            let at = |bound: f64| {
+                h.buckets.iter().find(|b| b.upper_bound == bound).unwrap().count.as_f64()
+            };
+            assert_eq!([at(1e-6), at(5e-6), at(1e-5), at(5e-5)], [1.0, 2.0, 4.0, 5.0]);
+        }
+        let counter = |name: &str| {
+            let family = &exposition.families[&format!("{name}_total")];
+            assert_eq!(family.family_type, PrometheusType::Counter, "{name}");
+            family
+        };
+        let lost = counter("exitprof_exits_lost");
+        let PrometheusValue::Counter(c) = &lost.iter_samples().next().unwrap().value else {
+            panic!("not a counter")
+        };
+        assert_eq!(c.value.as_f64(), 5.0, "ring buffer full and undecodable");
+        assert_eq!(counter("exitprof_losses").iter_samples().count(), 11);
+        assert_eq!(counter("process_cpu_seconds").iter_samples().count(), 1);
+        let rss = &exposition.families["process_resident_memory_bytes"];
+        assert_eq!(rss.family_type, PrometheusType::Gauge);
+    }
+}

@@ -1,0 +1,100 @@
+//! `exitprof serve`: a Prometheus exporter of exit latencies. It watches exits as a run does
+//! (`run::start`: the request checked, the plan, the programs attached), folds them for as long
+//! as it runs into per-stage histograms of a fixed size (`collect`), publishes snapshots of them,
+//! and serves each scrape from the latest snapshot (`metrics`) over HTTP (`http`).
+//!
+//! Nothing in it grows with the exits or the pids it sees: no on-CPU sampling, no block stacks,
+//! no deferred-work joins; only histograms (one per stage and kind of exit) and counters.
+//!
+//! Must not import `cli` (`main.rs` hands it a [`ServeRequest`]).
+
+mod collect;
+mod http;
+mod metrics;
+
+use std::{net::SocketAddr, sync::Arc};
+
+use anyhow::Context as _;
+use tokio::{net::TcpListener, sync::watch};
+
+use self::{
+    collect::Ended,
+    metrics::{Labels, Snapshot},
+};
+use crate::{
+    analysis::profile::Profile,
+    probes::ProbeOptions,
+    run::{
+        Losses, RunRequest,
+        start::{Attached, bump_memlock, load_options, plan_for, preflight, prepare, start},
+    },
+    target::{
+        Target,
+        signals::{Signals, signal_name},
+    },
+};
+
+/// Where `serve` listens unless told: loopback, on a port that Prometheus's list of default
+/// port allocations leaves free.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:19100";
+
+/// What `exitprof serve` is asked to do, read from the command line.
+pub struct ServeRequest {
+    /// `--all`, `--comm` or `--pid`.
+    pub target: Target,
+    pub probes: ProbeOptions,
+    pub listen: SocketAddr,
+    /// Size of the exit-record ring buffer; `None`: as for watching.
+    pub ringbuf_bytes: Option<u32>,
+}
+
+/// Serves until SIGINT or SIGTERM (or, with `--pid`, until the process exits), then detaches.
+pub fn serve(request: ServeRequest) -> anyhow::Result<()> {
+    // One worker for the HTTP side; collection runs on this thread, so a burst of scrapes does
+    // not take its CPU time from collection, nor the other way round.
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    runtime.block_on(run(request))
+}
+
+async fn run(request: ServeRequest) -> anyhow::Result<()> {
+    // First, as in a run: a signal while loading ends serve by the normal path.
+    let mut signals = Signals::new()?;
+    let ServeRequest { target, probes, listen, ringbuf_bytes } = request;
+    let run = RunRequest {
+        target,
+        // Sampling and block stacks feed tables that grow with the stacks seen: not in serve.
+        probes: ProbeOptions { block_stacks: false, sample_hz: 0, ..probes },
+        duration: None,
+        json: false,
+        exports: Vec::new(),
+        ringbuf_bytes,
+        bpf_stats: false,
+    };
+    let (prepared, _) = prepare(&run.target)?;
+    preflight(&[])?;
+    // Before anything is loaded: an address in use is the first thing a second instance meets.
+    let listener =
+        TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
+    bump_memlock();
+    let (facts, plan) = plan_for(&run.target, run.probes)?;
+    let mut attached = Attached::new(&plan, &facts, load_options(&prepared, &run))?;
+    let labels = Arc::new(Labels { kernel: plan.kernel.clone(), attach: plan.mode.to_string() });
+    // The whole exit's series, at zero, from the first scrape on: a rate over a window that
+    // starts before the first exit then counts every exit.
+    let empty = Snapshot::take(&Profile::new(&plan), Losses::default());
+    let (publish, snapshots) = watch::channel(Arc::new(empty));
+    let started = start(prepared, &run.target, None, true, Some(&mut attached.probes.ebpf))?;
+    // Served once the target is watched: an answer from /healthz means collecting.
+    let server = tokio::spawn(http::serve(listener, http::router(snapshots, labels)));
+    eprintln!("exitprof: serving metrics on http://{listen}/metrics");
+
+    let ended = collect::collect(&mut attached, &plan, started.stop, &mut signals, &publish).await;
+    server.abort();
+    attached.detach();
+    match ended? {
+        Ended::Signal(signal) => eprintln!("exitprof: {}: detached", signal_name(signal)),
+        Ended::TargetExited => eprintln!("exitprof: the watched process exited: detached"),
+    }
+    Ok(())
+}
