@@ -14,7 +14,10 @@ use crate::{
     compare::CompareRequest,
     conditions::{Condition, ConditionOptions, Side},
     export::{self, ExportTarget, Format},
-    probes::{ProbeOptions, kprobe_events, plan::AttachMode},
+    probes::{
+        ProbeOptions, kprobe_events,
+        plan::{AttachMode, PointSet},
+    },
     run::RunRequest,
     target::{ForkParams, Storm, Target, ThreadsParams, workload::Driver},
 };
@@ -107,6 +110,11 @@ pub struct ProbeArgs {
     /// Do not sample the kernel stacks of exits on a CPU.
     #[arg(long, conflicts_with = "sample_hz")]
     pub no_cpu_stacks: bool,
+    /// Which probe points to attach: every one (full), or only an exit's first probe and its
+    /// final switch-out (minimal: the exit is one stage, and carries the fewest of exitprof's
+    /// own program runs).
+    #[arg(long, value_enum, value_name = "SET", default_value_t = PointSet::Full)]
+    pub points: PointSet,
 }
 
 /// The sampling rate when none is asked for: odd, so that it does not tick in step with the
@@ -490,6 +498,7 @@ impl ProbeArgs {
             syscall_tracepoints: self.syscall_tracepoints.choice(),
             block_stacks: !self.no_block_stacks,
             sample_hz: if self.no_cpu_stacks { 0 } else { self.sample_hz },
+            points: self.points,
         }
     }
 }
