@@ -110,6 +110,7 @@ impl ProbeRuns {
         ProbeEffect {
             ns_per_exit,
             exit_mean_ns,
+            exit_median_ns: exit.summary().p50_ns as f64,
             on_cpu_mean_ns,
             share_of_exit: if exit_mean_ns > 0.0 { ns_per_exit / exit_mean_ns } else { 0.0 },
             programs,
@@ -126,6 +127,9 @@ pub struct ProbeEffect {
     pub ns_per_exit: f64,
     /// The exits' mean, which includes it (ns).
     pub exit_mean_ns: f64,
+    /// The exits' median (ns): where every exit has the same hits, their runs shift it as much
+    /// as the mean, and it is not moved by the rare exit that waits for milliseconds.
+    pub exit_median_ns: f64,
     /// The exits' mean time on a CPU (ns), where the programs run.
     pub on_cpu_mean_ns: f64,
     /// `ns_per_exit` over `exit_mean_ns`.
@@ -174,6 +178,8 @@ pub struct EffectCheck {
     pub measured_ns: f64,
     /// The same of the exits' time on a CPU, where the programs run (blocks left out).
     pub measured_on_cpu_ns: f64,
+    /// The same of the exits' medians.
+    pub measured_median_ns: f64,
     pub effect_on_ns: f64,
     pub effect_off_ns: f64,
     /// Reported effect on − off: the difference the report accounts for.
@@ -182,12 +188,15 @@ pub struct EffectCheck {
     pub ratio: Option<f64>,
     /// `measured_on_cpu_ns / reported_ns`.
     pub on_cpu_ratio: Option<f64>,
+    /// `measured_median_ns / reported_ns`.
+    pub median_ratio: Option<f64>,
 }
 
 impl EffectCheck {
     pub fn new(on: &ProbeEffect, off: &ProbeEffect) -> Self {
         let measured_ns = on.exit_mean_ns - off.exit_mean_ns;
         let measured_on_cpu_ns = on.on_cpu_mean_ns - off.on_cpu_mean_ns;
+        let measured_median_ns = on.exit_median_ns - off.exit_median_ns;
         let reported_ns = on.ns_per_exit - off.ns_per_exit;
         let ratio = |measured: f64| (reported_ns != 0.0).then(|| measured / reported_ns);
         Self {
@@ -195,11 +204,13 @@ impl EffectCheck {
             exit_mean_off_ns: off.exit_mean_ns,
             measured_ns,
             measured_on_cpu_ns,
+            measured_median_ns,
             effect_on_ns: on.ns_per_exit,
             effect_off_ns: off.ns_per_exit,
             reported_ns,
             ratio: ratio(measured_ns),
             on_cpu_ratio: ratio(measured_on_cpu_ns),
+            median_ratio: ratio(measured_median_ns),
         }
     }
 }

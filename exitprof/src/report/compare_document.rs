@@ -319,6 +319,13 @@ fn render_effect_check(c: &EffectCheck) -> String {
         ratio(c.on_cpu_ratio),
     ]);
     table.add_row([
+        "exit median (measured)".to_owned(),
+        String::new(),
+        String::new(),
+        signed(c.measured_median_ns),
+        ratio(c.median_ratio),
+    ]);
+    table.add_row([
         "exitprof's own time (reported)".to_owned(),
         fmt_ns(c.effect_on_ns),
         fmt_ns(c.effect_off_ns),
