@@ -352,7 +352,15 @@ impl Cli {
             if cli.command.is_some() && run.bpf_stats {
                 return Err(command.error(
                     ErrorKind::ArgumentConflict,
-                    "--bpf-stats applies to a plain run, not to compare or sweep",
+                    "--bpf-stats applies to a plain run, not to compare or sweep (--toggle \
+                     point-set counts the program runs on both sides itself)",
+                ));
+            }
+            if cli.command.is_some() && run.probes.points == PointSet::Minimal {
+                return Err(command.error(
+                    ErrorKind::ArgumentConflict,
+                    "--points minimal applies to a plain run; compare --toggle point-set runs \
+                     both point sets",
                 ));
             }
         }
@@ -738,6 +746,19 @@ mod tests {
             assert_eq!(err.exit_code(), 2, "{args:?}");
             assert!(err.to_string().contains("--bpf-stats"), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn the_point_set_is_full_unless_asked_and_compare_toggles_it_itself() {
+        assert_eq!(parse(&[]).unwrap().run.probes.points, PointSet::Full);
+        let minimal = parse(&["--points", "minimal"]).unwrap();
+        assert_eq!(minimal.run.probes.options().points, PointSet::Minimal);
+        let toggled = parse(&["compare", "--toggle", "point-set"]).unwrap();
+        let Some(Command::Compare(compare)) = toggled.command else { panic!("not compare") };
+        assert_eq!(compare.toggle, Condition::PointSet);
+        let err = parse(&["compare", "--toggle", "point-set", "--points", "minimal"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("--points minimal"), "{err}");
     }
 
     #[test]
