@@ -15,7 +15,9 @@ use exitprof_common::point::Point;
 use serde::Serialize;
 
 use crate::{
-    analysis::{profile::Profile, records::Exit, stages::Span},
+    analysis::{
+        comparison::RunMeasure, profile::Profile, records::Exit, stages::Span, stats::Spread,
+    },
     probes::{load::ProgramCost, plan::Plan},
 };
 
@@ -180,6 +182,11 @@ pub struct EffectCheck {
     pub measured_on_cpu_ns: f64,
     /// The same of the exits' medians.
     pub measured_median_ns: f64,
+    /// Round by round, the 10th percentile exit of the run on minus that of the run off: their
+    /// median and spread. The two runs of a round follow each other, so a machine whose load
+    /// changes weighs on both; the exits every hit delays alike and nothing else delayed are
+    /// the steadiest measure of what the hits add.
+    pub measured_by_round_ns: Spread,
     pub effect_on_ns: f64,
     pub effect_off_ns: f64,
     /// Reported effect on − off: the difference the report accounts for.
@@ -190,10 +197,25 @@ pub struct EffectCheck {
     pub on_cpu_ratio: Option<f64>,
     /// `measured_median_ns / reported_ns`.
     pub median_ratio: Option<f64>,
+    /// `measured_by_round_ns.median / reported_ns`.
+    pub by_round_ratio: Option<f64>,
 }
 
 impl EffectCheck {
-    pub fn new(on: &ProbeEffect, off: &ProbeEffect) -> Self {
+    /// The check of one side's effect against the other's, with each side's runs in the order
+    /// of the rounds they ran in.
+    pub fn new(
+        on: &ProbeEffect,
+        off: &ProbeEffect,
+        on_runs: &[RunMeasure],
+        off_runs: &[RunMeasure],
+    ) -> Self {
+        let by_round: Vec<f64> = on_runs
+            .iter()
+            .zip(off_runs)
+            .filter_map(|(on, off)| Some(on.exit_p10_ns? - off.exit_p10_ns?))
+            .collect();
+        let measured_by_round_ns = Spread::of(&by_round);
         let measured_ns = on.exit_mean_ns - off.exit_mean_ns;
         let measured_on_cpu_ns = on.on_cpu_mean_ns - off.on_cpu_mean_ns;
         let measured_median_ns = on.exit_median_ns - off.exit_median_ns;
@@ -205,12 +227,14 @@ impl EffectCheck {
             measured_ns,
             measured_on_cpu_ns,
             measured_median_ns,
+            measured_by_round_ns,
             effect_on_ns: on.ns_per_exit,
             effect_off_ns: off.ns_per_exit,
             reported_ns,
             ratio: ratio(measured_ns),
             on_cpu_ratio: ratio(measured_on_cpu_ns),
             median_ratio: ratio(measured_median_ns),
+            by_round_ratio: ratio(measured_by_round_ns.median),
         }
     }
 }
@@ -328,12 +352,19 @@ mod tests {
     fn the_check_compares_the_measured_difference_with_the_reported_one() {
         let full = exit(0, &[(START, 0), (FILES_IN, 1_000), (FILES_OUT, 2_000), (END, 3_500)]);
         let minimal = exit(0, &[(START, 0), (END, 3_000)]);
-        let check = EffectCheck::new(&effect_of(&[full]), &effect_of(&[minimal]));
+        let run = |p10: f64| RunMeasure { exit_p10_ns: Some(p10), ..RunMeasure::default() };
+        // Round by round: +400, +600 and +500 ns.
+        let on_runs = [run(3_400.0), run(3_700.0), run(3_500.0)];
+        let off_runs = [run(3_000.0), run(3_100.0), run(3_000.0)];
+        let check =
+            EffectCheck::new(&effect_of(&[full]), &effect_of(&[minimal]), &on_runs, &off_runs);
         assert_eq!((check.measured_ns, check.reported_ns), (500.0, 500.0));
         assert_eq!(check.ratio, Some(1.0));
+        assert_eq!((check.measured_by_round_ns.median, check.measured_by_round_ns.n), (500.0, 3));
+        assert_eq!(check.by_round_ratio, Some(1.0));
         // Nothing reported (no --bpf-stats figures): no ratio.
         let mut unpriced = effect_of(&[]);
         unpriced.ns_per_exit = 0.0;
-        assert_eq!(EffectCheck::new(&unpriced, &unpriced).ratio, None);
+        assert_eq!(EffectCheck::new(&unpriced, &unpriced, &[], &[]).ratio, None);
     }
 }

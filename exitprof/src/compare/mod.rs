@@ -253,6 +253,7 @@ impl Comparer {
             true,
             attached.as_deref_mut().map(|a| &mut a.probes.ebpf),
         )?;
+        let exits_before = runs.session.profile.exit().hist.clone();
         let collected = collect_until(
             started,
             attached.as_deref_mut(),
@@ -293,6 +294,12 @@ impl Comparer {
             exit_rate: exit_rate(Some(&child), child.elapsed, 0),
             listener_messages: listener.map(|l| l.messages),
             listener_enobufs: listener.map(|l| l.enobufs),
+            exit_p10_ns: runs
+                .session
+                .profile
+                .exit()
+                .quantile_since(&exits_before, 0.1)
+                .map(|ns| ns as f64),
         });
         Ok(())
     }

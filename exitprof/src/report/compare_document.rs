@@ -179,7 +179,9 @@ impl ComparisonDoc {
         );
         on_cpu.truncate(ON_CPU_DELTAS_SHOWN);
         let probe_effect_check = match (on.probe_effect(), off.probe_effect()) {
-            (Some(on), Some(off)) => Some(EffectCheck::new(&on, &off)),
+            (Some(on_effect), Some(off_effect)) => {
+                Some(EffectCheck::new(&on_effect, &off_effect, &on.measures, &off.measures))
+            }
             _ => None,
         };
         Self {
@@ -324,6 +326,18 @@ fn render_effect_check(c: &EffectCheck) -> String {
         String::new(),
         signed(c.measured_median_ns),
         ratio(c.median_ratio),
+    ]);
+    table.add_row([
+        format!("exit p10, round by round ({})", c.measured_by_round_ns.n),
+        String::new(),
+        String::new(),
+        format!(
+            "{} ({}..{})",
+            signed(c.measured_by_round_ns.median),
+            signed(c.measured_by_round_ns.q1),
+            signed(c.measured_by_round_ns.q3)
+        ),
+        ratio(c.by_round_ratio),
     ]);
     table.add_row([
         "exitprof's own time (reported)".to_owned(),
