@@ -101,6 +101,9 @@ impl SideRuns {
 pub struct Comparison {
     pub on: SideRuns,
     pub off: SideRuns,
+    /// Both sides had the same probe points, so their stages are the same and compare stage by
+    /// stage (not so with point-set).
+    pub same_stages: bool,
 }
 
 /// Settings shared by every run of a comparison or sweep.
@@ -199,7 +202,7 @@ impl Comparer {
             side.on_cpu = side.session.on_cpu.report(profile, symbols);
             side.blocked_by_stage = side.session.blocking.by_stage(profile, symbols);
         }
-        Ok(Comparison { on, off })
+        Ok(Comparison { on, off, same_stages: self.off_plan.is_none() })
     }
 
     /// The probe plan of `side`.

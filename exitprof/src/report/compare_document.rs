@@ -84,7 +84,7 @@ pub struct ComparisonDoc {
     /// The taskstats listener's counts, on the side it ran.
     pub listener: Option<ListenerDoc>,
     /// Per exit, each stage on both sides and what explains the difference (both sides
-    /// profiled).
+    /// profiled with the same probe points).
     pub stage_deltas: Option<StageDeltas>,
     /// Sampled stacks whose on-CPU time per exit differs most, in stages sampled on both sides.
     pub on_cpu_deltas: Vec<OnCpuDelta>,
@@ -168,7 +168,7 @@ impl ComparisonDoc {
                 enobufs: on.measures.iter().filter_map(|m| m.listener_enobufs).sum(),
             }
         });
-        let deltas = (on.profiled && off.profiled)
+        let deltas = (on.profiled && off.profiled && c.same_stages)
             .then(|| stage_deltas(&on.session.profile, &off.session.profile));
         let verdict = compare_verdict(&table, deltas.as_ref());
         let mut on_cpu = on_cpu_deltas(
