@@ -14,7 +14,10 @@ use crate::{
     compare::CompareRequest,
     conditions::{Condition, ConditionOptions, Side},
     export::{self, ExportTarget, Format},
-    probes::{ProbeOptions, kprobe_events, plan::AttachMode},
+    probes::{
+        ProbeOptions, kprobe_events,
+        plan::{AttachMode, PointSet},
+    },
     run::RunRequest,
     serve::{self, ServeRequest},
     target::{ForkParams, Storm, Target, ThreadsParams, workload::Driver},
@@ -112,6 +115,11 @@ pub struct ProbeArgs {
     /// Do not sample the kernel stacks of exits on a CPU.
     #[arg(long, conflicts_with = "sample_hz")]
     pub no_cpu_stacks: bool,
+    /// Which probe points to attach: every one (full), or only an exit's first probe and its
+    /// final switch-out (minimal: the exit is one stage, and carries the fewest of exitprof's
+    /// own program runs).
+    #[arg(long, value_enum, value_name = "SET", default_value_t = PointSet::Full)]
+    pub points: PointSet,
 }
 
 /// The sampling rate when none is asked for: odd, so that it does not tick in step with the
@@ -349,7 +357,15 @@ impl Cli {
             if cli.command.is_some() && run.bpf_stats {
                 return Err(command.error(
                     ErrorKind::ArgumentConflict,
-                    "--bpf-stats applies to a plain run, not to compare or sweep",
+                    "--bpf-stats applies to a plain run, not to compare or sweep (--toggle \
+                     point-set counts the program runs on both sides itself)",
+                ));
+            }
+            if cli.command.is_some() && run.probes.points == PointSet::Minimal {
+                return Err(command.error(
+                    ErrorKind::ArgumentConflict,
+                    "--points minimal applies to a plain run; compare --toggle point-set runs \
+                     both point sets",
                 ));
             }
         }
@@ -559,6 +575,7 @@ impl ProbeArgs {
             syscall_tracepoints: self.syscall_tracepoints.choice(),
             block_stacks: !self.no_block_stacks,
             sample_hz: if self.no_cpu_stacks { 0 } else { self.sample_hz },
+            points: self.points,
         }
     }
 }
@@ -825,6 +842,19 @@ mod tests {
             assert_eq!(err.exit_code(), 2, "{args:?}");
             assert!(err.to_string().contains("--bpf-stats"), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn the_point_set_is_full_unless_asked_and_compare_toggles_it_itself() {
+        assert_eq!(parse(&[]).unwrap().run.probes.points, PointSet::Full);
+        let minimal = parse(&["--points", "minimal"]).unwrap();
+        assert_eq!(minimal.run.probes.options().points, PointSet::Minimal);
+        let toggled = parse(&["compare", "--toggle", "point-set"]).unwrap();
+        let Some(Command::Compare(compare)) = toggled.command else { panic!("not compare") };
+        assert_eq!(compare.toggle, Condition::PointSet);
+        let err = parse(&["compare", "--toggle", "point-set", "--points", "minimal"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("--points minimal"), "{err}");
     }
 
     #[test]

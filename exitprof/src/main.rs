@@ -80,6 +80,7 @@ fn print_plan(probes: ProbeOptions, json: bool) -> anyhow::Result<()> {
         syscall_tracepoints: probes.syscall_tracepoints.unwrap_or(true),
     };
     let (facts, plan) = run::start::plan(probes.attach, wants)?;
+    let plan = plan.with_points(probes.points);
     let doc = PlanDocument::new(&facts, &plan);
     if json {
         println!("{}", serde_json::to_string_pretty(&doc)?);

@@ -14,6 +14,7 @@ mod kernel_cost;
 mod namespaces;
 mod pid_max;
 mod plan;
+mod probe_effect;
 mod reliability;
 mod serve;
 mod threads_storm;

@@ -22,6 +22,9 @@ pub struct RunMeasure {
     /// Taskstats listener: messages received and ENOBUFS seen during this run.
     pub listener_messages: Option<u64>,
     pub listener_enobufs: Option<u64>,
+    /// The 10th percentile of this run's exits, where they were recorded (ns): the exits that
+    /// nothing else on the machine delayed.
+    pub exit_p10_ns: Option<f64>,
 }
 
 /// One row of the Yes/No/Ovhd table.

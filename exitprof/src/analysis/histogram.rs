@@ -47,6 +47,14 @@ impl Latency {
         self.off_cpu_ns += u128::from(off_cpu_ns.min(ns));
     }
 
+    /// The `quantile` of the latencies recorded since `earlier`, a copy of this one's
+    /// histogram then (`None` when none were).
+    pub fn quantile_since(&self, earlier: &Histogram<u64>, quantile: f64) -> Option<u64> {
+        let mut since = self.hist.clone();
+        since.subtract(earlier).ok()?;
+        (!since.is_empty()).then(|| since.value_at_quantile(quantile))
+    }
+
     pub fn summary(&self) -> Summary {
         let h = &self.hist;
         let q = |q: f64| if h.is_empty() { 0 } else { h.value_at_quantile(q) };
@@ -156,6 +164,21 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quantile_of_what_came_since_a_copy() {
+        let mut l = Latency::default();
+        for _ in 0..100 {
+            l.record(50_000, 0);
+        }
+        let earlier = l.hist.clone();
+        assert_eq!(l.quantile_since(&earlier, 0.5), None, "nothing since");
+        for v in [1_000, 2_000, 3_000] {
+            l.record(v, 0);
+        }
+        assert_eq!(l.quantile_since(&earlier, 0.5), Some(2_000));
+        assert_eq!(l.quantile_since(&earlier, 0.1), Some(1_000));
+    }
 
     #[test]
     fn summary_of_known_values() {

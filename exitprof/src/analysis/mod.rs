@@ -1,9 +1,10 @@
 //! From the kernel's records to numbers: decoding the records, cutting each exit into stages,
 //! folding them into histograms, joining deferred work to its exits, finding where exits block
-//! and where they compute, and the statistics of repeated runs.
+//! and where they compute, exitprof's own time inside them, and the statistics of repeated runs.
 //!
 //! Pure: no aya, no tokio, no I/O (`cargo xtask test` fails on any use of aya or tokio here).
-//! It reads the probe plan (`probes::plan`) and the kernel's exit-path table to name stages,
+//! It reads the probe plan (`probes::plan`) and the kernel's exit-path table to name stages, the
+//! kernel's counts of each program's runs (`probes::load::ProgramCost`) to price them,
 //! and a parsed kallsyms (`kernel::kallsyms`) to name the frames of kernel stacks;
 //! it must not import `run`, `report`, `export` or `cli` (its tests may check their figures
 //! against what `report` says of them).
@@ -13,6 +14,7 @@ pub mod comparison;
 pub mod deferred;
 pub mod histogram;
 pub mod on_cpu;
+pub mod probe_effect;
 pub mod profile;
 pub mod records;
 pub mod session;

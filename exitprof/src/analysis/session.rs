@@ -7,6 +7,7 @@ use crate::{
         blocking::Blocking,
         deferred::DeferredWork,
         on_cpu::OnCpu,
+        probe_effect::ProbeRuns,
         profile::Profile,
         records::{Exit, decode_deferred, decode_sample},
     },
@@ -21,6 +22,8 @@ pub struct Session {
     pub blocking: Blocking,
     /// Where the exits computed: sampled kernel stacks by stage.
     pub on_cpu: OnCpu,
+    /// exitprof's own program runs inside the exits.
+    pub probe_runs: ProbeRuns,
     /// Records that could not be decoded.
     pub undecodable: u64,
 }
@@ -36,6 +39,7 @@ impl Session {
             ),
             blocking: Blocking::default(),
             on_cpu: OnCpu::default(),
+            probe_runs: ProbeRuns::new(plan),
             undecodable: 0,
         }
     }
@@ -47,6 +51,7 @@ impl Session {
                 log::trace!("exit of {}/{}: {:?}", exit.tgid, exit.pid, exit.hits);
                 let spans = self.profile.add(&exit);
                 self.on_cpu.exit(&exit, &spans);
+                self.probe_runs.exit(&exit, &spans);
                 self.deferred.exit(&exit);
                 self.blocking.exit(&exit, &spans);
             }

@@ -14,12 +14,17 @@ use crate::{
         blocking::{BlockedByStage, BlockedIn},
         comparison::RunMeasure,
         on_cpu::OnCpuReport,
+        probe_effect::ProbeEffect,
         session::Session,
     },
     conditions::{Condition, ConditionOptions, Side},
     export::ExportSet,
     kernel::KernelFacts,
-    probes::{load::LoadOptions, maps::KernelLosses, plan::Plan},
+    probes::{
+        load::{LoadOptions, ProgramCost},
+        maps::KernelLosses,
+        plan::{Plan, PointSet},
+    },
     report::{
         compare_document::{
             CompareDocument, ComparisonDoc, ComparisonSetup, SweepDocument, SweepRow,
@@ -30,6 +35,7 @@ use crate::{
     run::{
         self, RunRequest,
         collect::collect_until,
+        own_cost::CostMeter,
         start::{self, Attached, Prepared, Started, Stop},
     },
     target::{Storm, Target, ThreadsParams, UsageError, signals::Signals, workload::Workload},
@@ -62,6 +68,9 @@ pub struct SideRuns {
     pub unfinished: u64,
     /// Whether exitprof's probes were attached on this side.
     pub profiled: bool,
+    /// Where the kernel counted exitprof's program runs (point-set): each program's runs and
+    /// run time over this side's runs.
+    pub kernel_cost: Option<Vec<ProgramCost>>,
 }
 
 impl SideRuns {
@@ -69,17 +78,40 @@ impl SideRuns {
     pub fn blocked_in(&self) -> Vec<BlockedIn> {
         self.session.blocking.report(run::BLOCKED_IN_SHOWN)
     }
+
+    /// How much of this side's exits was exitprof's programs running, where they were counted.
+    pub fn probe_effect(&self) -> Option<ProbeEffect> {
+        let costs = self.kernel_cost.as_deref()?;
+        Some(self.session.probe_runs.effect(&self.session.profile, costs))
+    }
+
+    /// Adds one run's program costs to the side's.
+    fn add_costs(&mut self, run: Vec<ProgramCost>) {
+        let costs = self.kernel_cost.get_or_insert_with(Vec::new);
+        for cost in run {
+            match costs.iter_mut().find(|c| c.program == cost.program) {
+                Some(c) => (c.runs, c.run_ns) = (c.runs + cost.runs, c.run_ns + cost.run_ns),
+                None => costs.push(cost),
+            }
+        }
+    }
 }
 
 /// A finished comparison of one target.
 pub struct Comparison {
     pub on: SideRuns,
     pub off: SideRuns,
+    /// Both sides had the same probe points, so their stages are the same and compare stage by
+    /// stage (not so with point-set).
+    pub same_stages: bool,
 }
 
 /// Settings shared by every run of a comparison or sweep.
 pub struct Comparer {
+    /// The plan of the `on` side, and of both unless the point set is the condition.
     pub plan: Plan,
+    /// With point-set, the `off` side's: the minimal point set.
+    off_plan: Option<Plan>,
     facts: KernelFacts,
     load: LoadOptions,
     pub condition: Condition,
@@ -109,14 +141,22 @@ impl Comparer {
         let signals = Signals::new()?;
         start::preflight(&request.run.exports)?;
         start::bump_memlock();
-        let (facts, plan) = start::plan_for(target, request.run.probes)?;
+        let mut probes = request.run.probes;
+        if request.toggle == Condition::PointSet {
+            probes.points = PointSet::Full;
+        }
+        let (facts, plan) = start::plan_for(target, probes)?;
+        let off_plan = (request.toggle == Condition::PointSet)
+            .then(|| plan.clone().with_points(PointSet::Minimal));
         let load = start::load_options(&Prepared::Workload(workload.clone()), &request.run);
+        // Attached once for all runs, unless the condition is which probes are attached.
         let attached = match request.toggle {
-            Condition::Probes => None,
+            Condition::Probes | Condition::PointSet => None,
             _ => Some(Attached::new(&plan, &facts, load)?),
         };
         let comparer = Self {
             plan,
+            off_plan,
             facts,
             load,
             condition: request.toggle,
@@ -162,13 +202,21 @@ impl Comparer {
             side.on_cpu = side.session.on_cpu.report(profile, symbols);
             side.blocked_by_stage = side.session.blocking.by_stage(profile, symbols);
         }
-        Ok(Comparison { on, off })
+        Ok(Comparison { on, off, same_stages: self.off_plan.is_none() })
+    }
+
+    /// The probe plan of `side`.
+    fn plan_of(&self, side: Side) -> &Plan {
+        match (side, &self.off_plan) {
+            (Side::Off, Some(minimal)) => minimal,
+            _ => &self.plan,
+        }
     }
 
     fn side(&self, side: Side) -> SideRuns {
         SideRuns {
             side,
-            session: Session::new(&self.plan),
+            session: Session::new(self.plan_of(side)),
             on_cpu: OnCpuReport::default(),
             blocked_by_stage: Vec::new(),
             measures: Vec::new(),
@@ -176,6 +224,7 @@ impl Comparer {
             probe_misses: 0,
             unfinished: 0,
             profiled: self.condition != Condition::Probes || side == Side::On,
+            kernel_cost: None,
         }
     }
 
@@ -190,11 +239,16 @@ impl Comparer {
             format!("setting {} {}", self.condition.name(), side_name(runs.side))
         })?;
         let mut own = match (&self.attached, guard.probes_attached()) {
-            (None, true) => Some(Attached::new(&self.plan, &self.facts, self.load)?),
+            (None, true) => Some(Attached::new(self.plan_of(runs.side), &self.facts, self.load)?),
             _ => None,
         };
         let mut attached = self.attached.as_mut().or(own.as_mut());
         let before = attached.as_deref().map(Attached::kernel_losses).transpose()?;
+        // The point set's check needs the kernel's count of every program run on both sides.
+        let meter = match attached.as_deref() {
+            Some(a) if self.condition == Condition::PointSet => Some(CostMeter::start(&a.probes)?),
+            _ => None,
+        };
         let started: Started = start::start(
             Prepared::Workload(workload.clone()),
             target,
@@ -202,6 +256,7 @@ impl Comparer {
             true,
             attached.as_deref_mut().map(|a| &mut a.probes.ebpf),
         )?;
+        let exits_before = runs.session.profile.exit().hist.clone();
         let collected = collect_until(
             started,
             attached.as_deref_mut(),
@@ -210,6 +265,9 @@ impl Comparer {
             &mut Progress::new(None, false),
         )
         .await?;
+        if let (Some(meter), Some(a)) = (meter, attached.as_deref()) {
+            runs.add_costs(meter.stop(&a.probes)?);
+        }
         if let (Some(a), Some((before, misses_before))) = (attached.as_deref(), before) {
             let (after, misses_after) = a.kernel_losses()?;
             runs.kernel_losses = runs.kernel_losses.plus(&after.since(&before));
@@ -239,6 +297,12 @@ impl Comparer {
             exit_rate: exit_rate(Some(&child), child.elapsed, 0),
             listener_messages: listener.map(|l| l.messages),
             listener_enobufs: listener.map(|l| l.enobufs),
+            exit_p10_ns: runs
+                .session
+                .profile
+                .exit()
+                .quantile_since(&exits_before, 0.1)
+                .map(|ns| ns as f64),
         });
         Ok(())
     }

@@ -37,6 +37,7 @@ pub enum Condition {
     TaskstatsListener,
     Delayacct,
     Probes,
+    PointSet,
 }
 
 /// Which side of a condition a run has.
@@ -69,6 +70,7 @@ impl Condition {
             Condition::TaskstatsListener => "taskstats-listener",
             Condition::Delayacct => "delayacct",
             Condition::Probes => "probes",
+            Condition::PointSet => "point-set",
         }
     }
 
@@ -80,6 +82,11 @@ impl Condition {
             }
             Condition::Delayacct => "per-task delay accounting (sysctl kernel.task_delayacct)",
             Condition::Probes => "exitprof's own probes attached (its overhead on the exits)",
+            Condition::PointSet => {
+                "every probe point attached (on) or only an exit's start and end (off), the \
+                 kernel counting exitprof's program runs on both sides: checks the probe effect \
+                 the report shows against the difference it makes to the exits"
+            }
         }
     }
 
@@ -97,8 +104,9 @@ impl Condition {
                 delayacct::set(side == Side::On).map_err(ConditionError::Delayacct)?,
             ),
             // Off means no listener of exitprof's; other programs' listeners are theirs. The
-            // runner attaches its probes or not, as `probes_attached` says.
-            (Condition::TaskstatsListener, Side::Off) | (Condition::Probes, _) => Held::Nothing,
+            // runner attaches its probes or not, as `probes_attached` says, and which ones.
+            (Condition::TaskstatsListener, Side::Off)
+            | (Condition::Probes | Condition::PointSet, _) => Held::Nothing,
         };
         Ok(ConditionGuard { condition: self, side, held: Some(held) })
     }
@@ -106,7 +114,12 @@ impl Condition {
 
 impl ValueEnum for Condition {
     fn value_variants<'a>() -> &'a [Self] {
-        &[Condition::TaskstatsListener, Condition::Delayacct, Condition::Probes]
+        &[
+            Condition::TaskstatsListener,
+            Condition::Delayacct,
+            Condition::Probes,
+            Condition::PointSet,
+        ]
     }
 
     fn to_possible_value(&self) -> Option<PossibleValue> {

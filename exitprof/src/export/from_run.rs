@@ -190,6 +190,7 @@ pub(crate) mod tests {
             blocked_by_stage: Vec::new(),
             losses: Losses::default(),
             kernel_cost: None,
+            probe_effect: None,
             interrupted: None,
             own_cost: OwnCost::now(CpuTime::default()),
         }

@@ -14,7 +14,7 @@ pub mod plan;
 pub mod privileges;
 pub mod prog_stats;
 
-use self::plan::AttachMode;
+use self::plan::{AttachMode, PointSet};
 
 /// How exitprof attaches its probes, as asked.
 #[derive(Clone, Copy, Debug)]
@@ -28,4 +28,6 @@ pub struct ProbeOptions {
     pub block_stacks: bool,
     /// Samples per second and CPU of the kernel stacks of exits on a CPU (0: none).
     pub sample_hz: u32,
+    /// Every probe point, or only those an exit's start and end need.
+    pub points: PointSet,
 }

@@ -42,6 +42,18 @@ impl fmt::Display for AttachMode {
     }
 }
 
+/// Which probe points are attached (`--points`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PointSet {
+    /// Every point the kernel offers: the exit cut into stages, deferred work joined.
+    #[default]
+    Full,
+    /// Only what an exit's start and end need: its first probe and the final switch-out. The
+    /// exit is one stage; it checks what the other points cost the exits they time.
+    Minimal,
+}
+
 /// How one planned point is attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -218,6 +230,10 @@ fn site_of(id: SiteId) -> &'static Site {
 }
 
 const DO_EXIT: SiteId = SiteId::Marker(Marker::DoExit);
+
+/// The points that start an exit: `do_exit`, or the ways into it that stand in for it.
+const START_MARKERS: [Marker; 4] =
+    [Marker::DoExit, Marker::SysEnterExit, Marker::SysEnterExitGroup, Marker::SignalDeliverKill];
 
 /// Every probe site exitprof knows, with its candidate attach targets across kernel versions.
 const SITES: &[Site] = &[
@@ -467,6 +483,45 @@ impl Plan {
         )?;
         plan.require("end", &[Marker::FinalSwitch])?;
         Ok(plan)
+    }
+
+    /// The plan with only the points of `set`: for [`PointSet::Minimal`], the start markers of
+    /// an exit (and the first exit-only point, where they do not cover every way into an exit)
+    /// and the final switch-out; the others are listed as left out.
+    #[must_use]
+    pub fn with_points(mut self, set: PointSet) -> Self {
+        if set == PointSet::Full {
+            return self;
+        }
+        let is_start = |site: SiteId| START_MARKERS.iter().any(|&m| site == SiteId::Marker(m));
+        let planned = |m: Marker| self.points.iter().any(|p| p.site == SiteId::Marker(m));
+        // `do_exit`, or each of the ways into it; else exits open at the first exit-only point.
+        let every_start = planned(Marker::DoExit) || START_MARKERS[1..].iter().all(|&m| planned(m));
+        let kept = |site: SiteId| {
+            is_start(site)
+                || site == SiteId::Marker(Marker::FinalSwitch)
+                || (!every_start && site == SiteId::Marker(Marker::SchedProcessExit))
+        };
+        let (points, left_out): (Vec<Planned>, Vec<Planned>) =
+            self.points.into_iter().partition(|p| kept(p.site));
+        self.points = points;
+        self.unavailable.extend(left_out.into_iter().map(|p| Unplanned {
+            point: p.point,
+            reason: "not in the minimal point set (--points minimal)".to_owned(),
+        }));
+        self
+    }
+
+    /// The eBPF program that runs at `point`, as the plan attaches it (`None` where the point
+    /// is not planned).
+    pub fn program_at(&self, point: Point) -> Option<&'static str> {
+        let (site, ret) = match point {
+            Point::Marker(m) => (SiteId::Marker(m), false),
+            Point::Enter(f) => (SiteId::Function(f), false),
+            Point::Return(f) => (SiteId::Function(f), true),
+        };
+        let planned = self.points.iter().find(|p| p.site == site)?;
+        planned.programs().into_iter().find(|&(_, is_ret)| is_ret == ret).map(|(name, _)| name)
     }
 
     /// Whether every IPC namespace `free_ipc` frees is seen by name (`shm_exit_ns` probed).
@@ -748,6 +803,51 @@ ffffffff810000a0 T release_task
             how(&plan, SiteId::Marker(Marker::SchedProcessExit)),
             Some((How::BtfTracepoint, "sched_process_exit"))
         );
+    }
+
+    #[test]
+    fn the_minimal_point_set_keeps_the_start_and_the_final_switch() {
+        let full =
+            Plan::resolve(&facts(KALLSYMS_6_12, true, false), AttachMode::Kprobe, WANTS).unwrap();
+        let minimal = full.clone().with_points(PointSet::Minimal);
+        let sites: Vec<SiteId> = minimal.points.iter().map(|p| p.site).collect();
+        assert_eq!(sites, [DO_EXIT, SiteId::Marker(Marker::FinalSwitch)]);
+        assert_eq!(minimal.points.len() + minimal.unavailable.len(), {
+            full.points.len() + full.unavailable.len()
+        });
+        assert!(
+            minimal
+                .unavailable
+                .iter()
+                .any(|u| u.point == "taskstats_exit" && u.reason.contains("--points minimal"))
+        );
+        // Watching in tracepoint mode, an exit starts at the first exit-only point.
+        let wants = Wants { syscall_tracepoints: false, ..WANTS };
+        let facts = facts(KALLSYMS_6_12, false, false);
+        let tp = Plan::resolve(&facts, AttachMode::Tracepoint, wants).unwrap();
+        let sites: Vec<SiteId> =
+            tp.with_points(PointSet::Minimal).points.iter().map(|p| p.site).collect();
+        assert!(sites.contains(&SiteId::Marker(Marker::SchedProcessExit)), "{sites:?}");
+        assert!(sites.contains(&SiteId::Marker(Marker::FinalSwitch)), "{sites:?}");
+        assert!(!sites.contains(&SiteId::Marker(Marker::X86FpuDropped)), "{sites:?}");
+    }
+
+    #[test]
+    fn each_hit_is_a_run_of_the_program_the_plan_attached() {
+        let kprobes =
+            Plan::resolve(&facts(KALLSYMS_6_12, true, false), AttachMode::Kprobe, WANTS).unwrap();
+        assert_eq!(kprobes.program_at(Point::Marker(Marker::DoExit)), Some("kprobe_enter_do_exit"));
+        let exit_files = ExitFn::ExitFiles;
+        assert_eq!(kprobes.program_at(Point::Enter(exit_files)), Some("kprobe_enter_exit_files"));
+        assert_eq!(
+            kprobes.program_at(Point::Return(exit_files)),
+            Some("kretprobe_exit_exit_files")
+        );
+        assert_eq!(kprobes.program_at(Point::Marker(Marker::FinalSwitch)), Some("sched_switch"));
+        assert_eq!(kprobes.program_at(Point::Enter(ExitFn::ExitSem)), None, "not planned");
+        let fentry =
+            Plan::resolve(&facts(KALLSYMS_6_12, false, true), AttachMode::Fentry, WANTS).unwrap();
+        assert_eq!(fentry.program_at(Point::Return(exit_files)), Some("fexit_exit_exit_files"));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use crate::{
         },
         deferred::DeferredReport,
         on_cpu::describe_chain,
+        probe_effect::{EffectCheck, ProbeEffect},
         stats::Spread,
     },
     compare::{Comparer, Comparison, SideRuns},
@@ -83,10 +84,13 @@ pub struct ComparisonDoc {
     /// The taskstats listener's counts, on the side it ran.
     pub listener: Option<ListenerDoc>,
     /// Per exit, each stage on both sides and what explains the difference (both sides
-    /// profiled).
+    /// profiled with the same probe points).
     pub stage_deltas: Option<StageDeltas>,
     /// Sampled stacks whose on-CPU time per exit differs most, in stages sampled on both sides.
     pub on_cpu_deltas: Vec<OnCpuDelta>,
+    /// With point-set: the exits' mean with every point (on) minus with the minimal set (off),
+    /// against the probe effect the report shows on each side.
+    pub probe_effect_check: Option<EffectCheck>,
     pub verdict: String,
 }
 
@@ -109,23 +113,32 @@ pub struct SideDoc {
     pub stages: Vec<StageDoc>,
     pub verdict: Option<String>,
     pub deferred: DeferredReport,
+    /// Where the kernel counted exitprof's program runs (point-set): how much of the exits
+    /// they were; `null` otherwise.
+    pub probe_effect: Option<ProbeEffect>,
 }
 
 impl SideDoc {
     fn new(side: &SideRuns) -> Self {
         let profile = &side.session.profile;
         let losses = side_losses(side);
+        let effect = side.probe_effect();
         Self {
             runs: side.measures.clone(),
             profiled: side.profiled,
             exits_recorded: profile.exits,
             lost: losses.exits(),
             losses,
-            stages: if side.profiled { stage_docs(profile, &side.on_cpu) } else { Vec::new() },
+            stages: if side.profiled {
+                stage_docs(profile, &side.on_cpu, effect.as_ref())
+            } else {
+                Vec::new()
+            },
             verdict: side.profiled.then(|| {
                 run_verdict(profile.exit(), &profile.rows(), &side.blocked_in(), &side.on_cpu)
             }),
             deferred: side.session.deferred.report(),
+            probe_effect: effect,
         }
     }
 }
@@ -155,7 +168,7 @@ impl ComparisonDoc {
                 enobufs: on.measures.iter().filter_map(|m| m.listener_enobufs).sum(),
             }
         });
-        let deltas = (on.profiled && off.profiled)
+        let deltas = (on.profiled && off.profiled && c.same_stages)
             .then(|| stage_deltas(&on.session.profile, &off.session.profile));
         let verdict = compare_verdict(&table, deltas.as_ref());
         let mut on_cpu = on_cpu_deltas(
@@ -165,6 +178,12 @@ impl ComparisonDoc {
             off.session.profile.exits,
         );
         on_cpu.truncate(ON_CPU_DELTAS_SHOWN);
+        let probe_effect_check = match (on.probe_effect(), off.probe_effect()) {
+            (Some(on_effect), Some(off_effect)) => {
+                Some(EffectCheck::new(&on_effect, &off_effect, &on.measures, &off.measures))
+            }
+            _ => None,
+        };
         Self {
             exit_rate_on: rates(&on.measures),
             exit_rate_off: rates(&off.measures),
@@ -172,6 +191,7 @@ impl ComparisonDoc {
             listener,
             stage_deltas: deltas,
             on_cpu_deltas: on_cpu,
+            probe_effect_check,
             verdict,
         }
     }
@@ -274,8 +294,62 @@ pub fn render_comparison(r: &ComparisonDoc) -> String {
         }
         let _ = writeln!(out, "\non-CPU time per exit, by sampled stack (estimated)\n{table}");
     }
+    if let Some(check) = &r.probe_effect_check {
+        out.push_str(&render_effect_check(check));
+    }
     let _ = writeln!(out, "\nverdict: {}", r.verdict);
     out
+}
+
+/// The probe effect the report shows, checked against the difference the extra points make.
+fn render_effect_check(c: &EffectCheck) -> String {
+    let ratio = |r: Option<f64>| r.map_or_else(|| "-".to_owned(), |r| format!("{r:.2}"));
+    let mut table = TextTable::new(["probe effect, per exit", "on", "off", "on − off", "ratio"])
+        .figures_right();
+    table.add_row([
+        "exit mean (measured)".to_owned(),
+        fmt_ns(c.exit_mean_on_ns),
+        fmt_ns(c.exit_mean_off_ns),
+        signed(c.measured_ns),
+        ratio(c.ratio),
+    ]);
+    table.add_row([
+        "  on a CPU".to_owned(),
+        String::new(),
+        String::new(),
+        signed(c.measured_on_cpu_ns),
+        ratio(c.on_cpu_ratio),
+    ]);
+    table.add_row([
+        "exit median (measured)".to_owned(),
+        String::new(),
+        String::new(),
+        signed(c.measured_median_ns),
+        ratio(c.median_ratio),
+    ]);
+    table.add_row([
+        format!("exit p10, round by round ({})", c.measured_by_round_ns.n),
+        String::new(),
+        String::new(),
+        format!(
+            "{} ({}..{})",
+            signed(c.measured_by_round_ns.median),
+            signed(c.measured_by_round_ns.q1),
+            signed(c.measured_by_round_ns.q3)
+        ),
+        ratio(c.by_round_ratio),
+    ]);
+    table.add_row([
+        "exitprof's own time (reported)".to_owned(),
+        fmt_ns(c.effect_on_ns),
+        fmt_ns(c.effect_off_ns),
+        signed(c.reported_ns),
+        String::new(),
+    ]);
+    format!(
+        "\n{table}\nratio: measured over reported difference; 1 when the report accounts for \
+         what the extra probe points cost the exits\n"
+    )
 }
 
 /// One row of a sweep: one stagger, compared on and off.

@@ -10,6 +10,7 @@ use crate::{
         deferred::DeferredReport,
         histogram::{Bucket, Latency},
         on_cpu::{HotPath, OnCpuIn, OnCpuReport, SampleCounts},
+        probe_effect::ProbeEffect,
         profile::{Profile, StageRow},
         records::ExitKind,
     },
@@ -81,6 +82,9 @@ pub struct RunDocument {
     pub deferred: DeferredReport,
     /// With --bpf-stats: what exitprof's programs cost in the kernel while the target ran.
     pub kernel_cost: Option<KernelCostDoc>,
+    /// With --bpf-stats: how much of the exits, and of each stage, was exitprof's own programs
+    /// running (shown beside the stages, not subtracted); `null` without the flag.
+    pub probe_effect: Option<ProbeEffect>,
     pub probes: Vec<Planned>,
     pub unavailable: Vec<Unplanned>,
     /// exitprof's own CPU time and peak memory, its workload children left out.
@@ -139,6 +143,9 @@ pub struct StageDoc {
     /// The stacks sampled most, with their share of the stage's samples and the on-CPU time
     /// that share stands for.
     pub on_cpu_in: Vec<OnCpuIn>,
+    /// With --bpf-stats: the mean time per exit through the stage that exitprof's own programs
+    /// ran in it (ns), included in the figures above; `null` without the flag.
+    pub probe_effect_ns: Option<f64>,
     /// The histogram: every non-empty bucket, lowest first.
     pub buckets: Vec<Bucket>,
 }
@@ -164,6 +171,7 @@ impl StageDoc {
             on_cpu_samples: 0,
             on_cpu_mostly_in: None,
             on_cpu_in: Vec::new(),
+            probe_effect_ns: None,
             buckets: latency.buckets(),
         }
     }
@@ -218,9 +226,24 @@ impl KernelCostDoc {
 }
 
 /// The stage table of a profile: the whole exit first (named `exit`), then each stage in kernel
-/// order, with its samples.
-pub fn stage_docs(profile: &Profile, on_cpu: &OnCpuReport) -> Vec<StageDoc> {
-    stage_table_docs(profile.exit(), profile.rows(), on_cpu)
+/// order, with its samples and exitprof's own time in it.
+pub fn stage_docs(
+    profile: &Profile,
+    on_cpu: &OnCpuReport,
+    effect: Option<&ProbeEffect>,
+) -> Vec<StageDoc> {
+    let mut stages = stage_table_docs(profile.exit(), profile.rows(), on_cpu);
+    if let Some(effect) = effect {
+        for (i, stage) in stages.iter_mut().enumerate() {
+            // A stage no program ran in has none of exitprof's time.
+            stage.probe_effect_ns = Some(if i == 0 {
+                effect.ns_per_exit
+            } else {
+                effect.in_stage(&stage.name).unwrap_or(0.0)
+            });
+        }
+    }
+    stages
 }
 
 fn stage_table_docs(
@@ -288,7 +311,7 @@ impl RunDocument {
         let recorded = run.profile.exits;
         let verdict =
             run_verdict(run.profile.exit(), &run.profile.rows(), &run.blocked_in, &run.on_cpu);
-        let stages = stage_docs(&run.profile, &run.on_cpu);
+        let stages = stage_docs(&run.profile, &run.on_cpu, run.probe_effect.as_ref());
         let report = run.child.as_ref().and_then(|c| c.report.as_ref());
         let exit_rate = exit_rate(run.child.as_ref(), run.elapsed, recorded);
         let rate = match run.target {
@@ -330,6 +353,7 @@ impl RunDocument {
             samples: run.on_cpu.sampled,
             deferred: run.deferred.report(),
             kernel_cost: run.kernel_cost.as_deref().map(|c| KernelCostDoc::new(c, recorded)),
+            probe_effect: run.probe_effect.clone(),
             probes: run.plan.points.clone(),
             unavailable: run.plan.unavailable.clone(),
             exitprof: run.own_cost,

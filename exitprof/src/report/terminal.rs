@@ -7,7 +7,9 @@ use super::{
     run_document::{KernelCostDoc, RateDoc, RunDocument, StageDoc, WorkloadDoc},
     table::TextTable,
 };
-use crate::analysis::{deferred::DeferredReport, histogram::Summary, on_cpu::describe_chain};
+use crate::analysis::{
+    deferred::DeferredReport, histogram::Summary, on_cpu::describe_chain, probe_effect::ProbeEffect,
+};
 
 /// Renders a run for a person.
 pub fn render(doc: &RunDocument) -> String {
@@ -76,6 +78,7 @@ pub fn render(doc: &RunDocument) -> String {
     out.push('\n');
     out.push_str(&stage_table(&doc.stages).to_string());
     out.push('\n');
+    let _ = writeln!(out, "{}", probe_effect_line(doc.probe_effect.as_ref()));
     // Thread exits and process exits apart, where both occur.
     if doc.by_kind.len() > 1 {
         for kind in &doc.by_kind {
@@ -92,6 +95,22 @@ pub fn render(doc: &RunDocument) -> String {
         out.push_str(&kernel_cost_table(cost));
     }
     out
+}
+
+/// How much of the exits is exitprof's own programs running, or how to know.
+pub fn probe_effect_line(effect: Option<&ProbeEffect>) -> String {
+    match effect {
+        Some(e) => format!(
+            "exitprof's own in-kernel time: {} of the exit's mean {} ({:.1}%), shown beside each \
+             stage (probes), not subtracted",
+            fmt_ns(e.ns_per_exit),
+            fmt_ns(e.exit_mean_ns),
+            e.share_of_exit * 100.0
+        ),
+        None => "exitprof's own in-kernel time inside the exits: not measured (--bpf-stats \
+                 measures it and shows it beside each stage)"
+            .to_owned(),
+    }
 }
 
 /// exitprof's own cost in the kernel (--bpf-stats).
@@ -337,15 +356,21 @@ fn blocked_in_table(doc: &RunDocument) -> String {
     format!("\n{table}\n{sampled}")
 }
 
+/// The stage table; with --bpf-stats, a last column `probes`: the mean time exitprof's own
+/// programs ran in the stage, included in its figures.
 fn stage_table(stages: &[StageDoc]) -> TextTable {
-    let mut table = TextTable::new([
+    let mut header = vec![
         "stage", "count", "mean", "p50", "p90", "p99", "p99.9", "max", "share", "off-CPU",
         "runnable",
-    ])
-    .figures_right();
+    ];
+    let probes = stages.first().is_some_and(|s| s.probe_effect_ns.is_some());
+    if probes {
+        header.push("probes");
+    }
+    let mut table = TextTable::new(header).figures_right();
     for (i, s) in stages.iter().enumerate() {
         let name = if i == 0 { s.name.clone() } else { format!("  {}", s.name) };
-        table.add_row([
+        let mut row = vec![
             name,
             s.count.to_string(),
             fmt_ns(s.mean_ns),
@@ -362,7 +387,9 @@ fn stage_table(stages: &[StageDoc]) -> TextTable {
             } else {
                 "-".into()
             },
-        ]);
+        ];
+        row.extend(s.probe_effect_ns.map(fmt_ns));
+        table.add_row(row);
     }
     table
 }

@@ -23,6 +23,7 @@ use crate::{
         blocking::{BlockedByStage, BlockedIn},
         deferred::DeferredWork,
         on_cpu::OnCpuReport,
+        probe_effect::ProbeEffect,
         profile::Profile,
         session::Session,
     },
@@ -87,6 +88,8 @@ pub struct RunOutcome {
     pub losses: Losses,
     /// With --bpf-stats: each program's runs and run time while the target ran.
     pub kernel_cost: Option<Vec<ProgramCost>>,
+    /// With --bpf-stats: how much of the exits was exitprof's own programs running.
+    pub probe_effect: Option<ProbeEffect>,
     /// The signal (SIGINT or SIGTERM) that cut a workload short, if one did.
     pub interrupted: Option<i32>,
     /// What exitprof itself used, up to the end of the run.
@@ -191,6 +194,8 @@ pub async fn run(request: &RunRequest) -> anyhow::Result<RunOutcome> {
     session.on_cpu.finish();
     let on_cpu = session.on_cpu.report(&session.profile, &symbols);
     let blocked_by_stage = session.blocking.by_stage(&session.profile, &symbols);
+    let probe_effect =
+        kernel_cost.as_deref().map(|costs| session.probe_runs.effect(&session.profile, costs));
     let Session { profile, deferred, undecodable, .. } = session;
     let losses = Losses { kernel, undecodable, unfinished, hits: profile.lost_hits, probe_misses };
     let (elapsed, child, ended) = match stop {
@@ -220,6 +225,7 @@ pub async fn run(request: &RunRequest) -> anyhow::Result<RunOutcome> {
         blocked_by_stage,
         losses,
         kernel_cost,
+        probe_effect,
         interrupted,
         own_cost: OwnCost::now(collecting),
     })

@@ -160,6 +160,7 @@ pub fn plan_for(target: &Target, probes: ProbeOptions) -> anyhow::Result<(Kernel
         syscall_tracepoints: probes.syscall_tracepoints.unwrap_or(driven),
     };
     let (facts, plan) = plan(probes.attach, wants)?;
+    let plan = plan.with_points(probes.points);
     describe_attach(&plan.points);
     Ok((facts, plan))
 }

@@ -1,0 +1,113 @@
+//! The probe effect: how much of each exit is exitprof's own programs running, as the report
+//! shows it (`--bpf-stats`), and the proof that the figure is right: the same storm with every
+//! probe point and with only an exit's start and end (`compare --toggle point-set`) differs by
+//! what the report says the extra points' runs add.
+
+use serde_json::Value;
+
+use crate::support::{attach_mode, c_program, num, require_root, run_json};
+
+/// `exitprof ARGS --attach MODE --no-cpu-stacks -- serial_threads THREADS`: threads that exit
+/// one after another, real-time on one CPU, so that nothing else delays them and their spread is
+/// their own work's (no sampling either: its ticks would land in some exits and not others).
+fn profile_serial_threads(args: &[&str], threads: u32) -> Value {
+    let program = c_program("serial_threads");
+    let (attach, threads) = (attach_mode(), threads.to_string());
+    let tail = ["--attach", &attach, "--no-cpu-stacks", "--", program.to_str().unwrap(), &threads];
+    run_json(&[args, &tail].concat())
+}
+
+/// The stage rows of a run's document (the whole exit first).
+fn stages(doc: &Value) -> &[Value] {
+    doc["stages"].as_array().expect("stages is a list")
+}
+
+#[test]
+fn bpf_stats_show_exitprofs_own_time_beside_each_stage() {
+    require_root();
+    let doc = profile_serial_threads(&["--bpf-stats"], 300);
+    let effect = &doc["probe_effect"];
+    let per_exit = num(effect, "ns_per_exit");
+    assert!(per_exit > 0.0, "no time of exitprof's own in the exits: {effect}");
+    let rows = stages(&doc);
+    assert_eq!(num(&rows[0], "probe_effect_ns"), per_exit, "the exit's row: {}", rows[0]);
+    // Every run counted in an exit is counted in one of its stages: the stages' effects,
+    // weighed by the exits through them, add up to the exit's.
+    let exits = num(&doc, "exits_recorded");
+    let in_stages: f64 =
+        rows[1..].iter().map(|s| num(s, "probe_effect_ns") * num(s, "count")).sum();
+    assert!(
+        (in_stages - per_exit * exits).abs() <= 1e-6 * per_exit * exits,
+        "stages hold {in_stages} ns of exitprof's time, the exits {} ns: {rows:?}",
+        per_exit * exits
+    );
+    // Only programs attached for the exit's points are counted, and each ran as often as the
+    // kernel says at least.
+    let attached: Vec<&str> = doc["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["programs"].as_array().unwrap())
+        .filter_map(Value::as_str)
+        .collect();
+    let kernel = doc["kernel_cost"]["programs"].as_array().unwrap();
+    for program in effect["programs"].as_array().unwrap() {
+        let name = program["program"].as_str().unwrap();
+        assert!(attached.contains(&name), "{name} is not attached for any point: {attached:?}");
+        let runs = kernel.iter().find(|k| k["program"] == name).map(|k| num(k, "runs"));
+        assert!(
+            runs.is_some_and(|runs| runs >= num(program, "runs_in_exits")),
+            "{name}: {} runs inside exits, the kernel counted {runs:?}",
+            program["runs_in_exits"]
+        );
+    }
+    assert!(num(effect, "share_of_exit") > 0.0 && num(effect, "share_of_exit") < 1.0, "{effect}");
+
+    let without = profile_serial_threads(&[], 10);
+    assert!(without["probe_effect"].is_null(), "without --bpf-stats: {}", without["probe_effect"]);
+    assert!(stages(&without)[0]["probe_effect_ns"].is_null(), "{}", stages(&without)[0]);
+}
+
+/// How far the measured difference may be from the reported one, as a ratio measured /
+/// reported. The report prices a hit at its program's run time; the exit also pays what is not
+/// in that time — the attach mechanism's dispatch (a tracepoint's call into BPF, a kprobe's
+/// breakpoint, a fentry trampoline) and the statistics' own clock reads around each run — so the
+/// measured difference is the larger. See the README (the probe effect) for the figures these
+/// bounds come from.
+const MIN_RATIO: f64 = 0.4;
+const MAX_RATIO: f64 = 3.0;
+
+#[test]
+fn the_reported_effect_is_what_the_extra_probe_points_cost_the_exits() {
+    require_root();
+    let doc = profile_serial_threads(&["compare", "--toggle", "point-set", "--runs", "20"], 3000);
+    for side in ["on", "off"] {
+        assert_eq!(num(&doc[side], "lost"), 0.0, "{side}: losses {}", doc[side]["losses"]);
+    }
+    let minimal = doc["off"]["stages"].as_array().unwrap();
+    assert_eq!(minimal.len(), 2, "the minimal point set makes one stage: {minimal:?}");
+    let check = &doc["probe_effect_check"];
+    let reported = num(check, "reported_ns");
+    let by_round = &check["measured_by_round_ns"];
+    let measured = num(by_round, "median");
+    eprintln!(
+        "probe effect ({}): every point {:.0} ns per exit, the minimal set {:.0}: reported \
+         {reported:+.0} ns; measured {measured:+.0} ns (10th percentile, median of {} rounds, \
+         quartiles {:+.0}..{:+.0}), {:+.0} ns (medians), {:+.0} ns (means)",
+        attach_mode(),
+        num(check, "effect_on_ns"),
+        num(check, "effect_off_ns"),
+        by_round["n"],
+        num(by_round, "q1"),
+        num(by_round, "q3"),
+        num(check, "measured_median_ns"),
+        num(check, "measured_ns"),
+    );
+    assert!(reported > 0.0, "the extra points' runs are not counted: {check}");
+    let ratio = measured / reported;
+    assert!(
+        (MIN_RATIO..=MAX_RATIO).contains(&ratio),
+        "the exits differ by {measured:.0} ns round by round, the report accounts for \
+         {reported:.0} ns: ratio {ratio:.2}, outside {MIN_RATIO}..={MAX_RATIO}: {check}"
+    );
+}
