@@ -4,7 +4,9 @@
 //! mapped for every thread, and its bookkeeping), which would be charged to the storm.
 
 use std::{
-    io, ptr,
+    io,
+    mem::MaybeUninit,
+    ptr,
     time::{Duration, Instant},
 };
 
@@ -14,7 +16,8 @@ use crate::target::ThreadsParams;
 extern "C" fn sleep_then_exit(sleep_ns: *mut libc::c_void) -> *mut libc::c_void {
     let ns = sleep_ns as u64;
     let ts = libc::timespec {
-        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        // time_t's width is libc's (musl's alias is deprecated: it will change).
+        tv_sec: (ns / 1_000_000_000) as _,
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
     };
     // SAFETY: a valid timespec; no remainder wanted. Like the seed's usleep, it sleeps even for
@@ -66,17 +69,24 @@ fn rep(
     let mut create_error = None;
     for i in 0..threads {
         let sleep_ns = u64::from(threads - i).saturating_mul(stagger_ns);
-        let mut handle: libc::pthread_t = 0;
+        // An integer with glibc, a pointer with musl: written by pthread_create.
+        let mut handle = MaybeUninit::<libc::pthread_t>::uninit();
         // SAFETY: `sleep_then_exit` takes its argument by value (an integer in a pointer) and
         // the default attributes are used.
         let rc = unsafe {
-            libc::pthread_create(&raw mut handle, ptr::null(), sleep_then_exit, sleep_ns as *mut _)
+            libc::pthread_create(
+                handle.as_mut_ptr(),
+                ptr::null(),
+                sleep_then_exit,
+                sleep_ns as *mut _,
+            )
         };
         if rc != 0 {
             create_error = Some(io::Error::from_raw_os_error(rc));
             break;
         }
-        handles.push(handle);
+        // SAFETY: pthread_create succeeded, so it wrote the handle.
+        handles.push(unsafe { handle.assume_init() });
         report.created += 1;
     }
     for &handle in handles.iter() {
