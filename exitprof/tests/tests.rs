@@ -12,6 +12,7 @@ mod ground_truth;
 mod identity;
 mod kernel_cost;
 mod namespaces;
+mod package;
 mod pid_max;
 mod plan;
 mod reliability;
