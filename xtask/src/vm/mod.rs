@@ -2,9 +2,10 @@
 //! modes the developers' own kernel lacks.
 //!
 //! Steps: make sure qemu and busybox are installed; fetch the newest Debian kernel of each
-//! series (cached); build exitprof; pack it with busybox into an initramfs whose `/init` runs
-//! every [scenario](scenarios::SCENARIOS); boot each kernel (concurrently: on two cores that is
-//! about twice as fast as one after the other); check each scenario's JSON document.
+//! series (cached); build exitprof statically linked (`cargo xtask dist`'s binary); pack it
+//! with busybox into an initramfs whose `/init` runs every [scenario](scenarios::SCENARIOS);
+//! boot each kernel (concurrently: on two cores that is about twice as fast as one after the
+//! other); check each scenario's JSON document.
 
 mod cpio;
 mod guest;
@@ -28,7 +29,7 @@ use self::{
     qemu::Boot,
     scenarios::{Checks, SCENARIOS, Scenario},
 };
-use crate::command::{cargo, workspace_root};
+use crate::{command::workspace_root, dist};
 
 #[derive(Args, Default)]
 pub struct VmTestArgs {
@@ -54,11 +55,10 @@ pub fn vm_test(args: &VmTestArgs) -> anyhow::Result<()> {
     }
     let kernels = series.into_iter().map(kernels::fetch).collect::<anyhow::Result<Vec<_>>>()?;
 
-    cargo(&["build", "--release", "--locked", "--package", "exitprof"])?;
+    let exitprof = dist::static_binary()?;
     let target = workspace_root().join("target");
     let initramfs = target.join("vm/initramfs.cpio");
-    initramfs::build(&target.join("release/exitprof"), SCENARIOS, &initramfs)
-        .context("building the guest's initramfs")?;
+    initramfs::build(&exitprof, SCENARIOS, &initramfs).context("building the guest's initramfs")?;
 
     let names: Vec<&str> = kernels.iter().map(|k| k.package.as_str()).collect();
     eprintln!("vm: booting {} in qemu (TCG)", names.join(" and "));
