@@ -7,6 +7,7 @@ mod support;
 mod bad_input;
 mod compare;
 mod conditions;
+mod deploy;
 mod exports;
 mod ground_truth;
 mod identity;
