@@ -119,7 +119,7 @@ fn third_party(metadata: &Value) -> anyhow::Result<String> {
         packages
             .iter()
             .filter(|p| p["id"] == id)
-            .flat_map(|p| p["targets"].as_array())
+            .filter_map(|p| p["targets"].as_array())
             .flatten()
             .any(|t| {
                 t["kind"].as_array().is_some_and(|kinds| kinds.iter().any(|k| k == "proc-macro"))
