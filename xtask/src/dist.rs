@@ -44,6 +44,7 @@ pub fn build() -> anyhow::Result<()> {
 /// Builds exitprof statically linked into `target/dist/exitprof` and returns that path. The eBPF
 /// toolchain must be set up (`setup::setup`): the build script embeds the eBPF object it builds.
 pub fn static_binary() -> anyhow::Result<PathBuf> {
+    setup::ensure_target(TARGET)?;
     let root = workspace_root();
     run(Command::new(env!("CARGO"))
         .args(["build", "--locked", "--package", "exitprof", "--profile", PROFILE])
@@ -51,7 +52,7 @@ pub fn static_binary() -> anyhow::Result<PathBuf> {
         // A shipped binary without its eBPF programs would refuse every run.
         .env_remove("AYA_BUILD_SKIP")
         .current_dir(&root))
-    .with_context(|| format!("building exitprof for {TARGET} (rustup target add {TARGET})"))?;
+    .with_context(|| format!("building exitprof for {TARGET}"))?;
     let built = root.join("target").join(TARGET).join(PROFILE).join("exitprof");
     require_static(&built)?;
     let dir = root.join("target/dist");
