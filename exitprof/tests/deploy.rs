@@ -222,15 +222,17 @@ fn the_deployed_capabilities_suffice_and_each_is_needed() {
         eprintln!(
             "as {who} with {args:?}: {recorded} of {expected} exits, {stacks} stacks, {unnamed} unnamed"
         );
-        assert!(stacks > 0, "as {who}: no kernel stack was taken (no block, no sample)");
-        assert_eq!(unnamed, 0, "as {who}: {unnamed} of {stacks} stacks have no named frame");
+        // A stack can be empty with names too (a sample right at do_exit, whose callers are
+        // cut): one named stack shows that the kernel's addresses were readable.
+        assert!(unnamed < stacks, "as {who}: none of {stacks} stacks has a named frame");
     }
     for left_out in &caps {
         let fewer: Vec<String> = caps.iter().filter(|c| *c != left_out).cloned().collect();
         let degraded = match storm_under(&setpriv_args(&fewer, false)) {
             Err(stderr) => format!("it fails: {}", stderr.trim()),
             Ok(doc) => match stacks(&doc) {
-                (n, unnamed) if n > 0 && unnamed == n => "no stack is named".to_owned(),
+                (0, _) => panic!("without {left_out}, no kernel stack was taken: cannot tell"),
+                (n, unnamed) if unnamed == n => format!("none of {n} stacks is named"),
                 (n, unnamed) => panic!(
                     "without {left_out}, exitprof still works ({n} stacks, {unnamed} unnamed): the DaemonSet grants more than it needs"
                 ),
