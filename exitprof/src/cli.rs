@@ -546,6 +546,8 @@ impl ServeArgs {
                 syscall_tracepoints: self.syscall_tracepoints.choice(),
                 block_stacks: false,
                 sample_hz: 0,
+                // Stage histograms need every point.
+                points: PointSet::Full,
             },
             listen: self.listen,
             ringbuf_bytes: self.ringbuf_bytes,

@@ -13,6 +13,7 @@ use clap::Args;
 
 use crate::{
     command::{cargo, workspace_root},
+    dist,
     measure::{Usage, compile_c, measure_argv},
     setup,
 };
@@ -22,6 +23,10 @@ pub struct BenchArgs {
     /// Runs of each side per case (alternating).
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..))]
     pub runs: u32,
+    /// Measures the statically linked binary of `cargo xtask dist` (musl) instead of the
+    /// release build (glibc); writes target/bench-driver-static.json.
+    #[arg(long = "static")]
+    pub static_binary: bool,
 }
 
 /// One comparison: the same storm from the C reference and from exitprof's driver.
@@ -41,13 +46,17 @@ struct Row<'a> {
 
 pub fn bench_driver(args: &BenchArgs) -> anyhow::Result<()> {
     setup::setup()?;
-    cargo(&["build", "--release", "--locked", "--package", "exitprof"])?;
     let root = workspace_root();
+    let (exitprof, linked, json_name) = if args.static_binary {
+        (dist::static_binary()?, "static, musl", "bench-driver-static.json")
+    } else {
+        cargo(&["build", "--release", "--locked", "--package", "exitprof"])?;
+        (root.join("target/release/exitprof"), "dynamic, glibc", "bench-driver.json")
+    };
     let out_dir = root.join("target/bench");
     fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let threads_ref = compile_c(&root.join("xtask/bench/threads_ref.c"), &out_dir, &[])?;
     let forks_ref = compile_c(&root.join("xtask/bench/forks_ref.c"), &out_dir, &[])?;
-    let exitprof = root.join("target/release/exitprof");
 
     let program = |p: &Path, args: &[&str]| {
         std::iter::once(p.display().to_string())
@@ -97,9 +106,10 @@ pub fn bench_driver(args: &BenchArgs) -> anyhow::Result<()> {
         rows.push(Row { case, reference, driver, ratio: driver.ratio_to(reference) });
     }
 
-    print!("{}", table(&rows, args.runs));
+    print!("{}", table(&rows, args.runs, linked));
     let json = serde_json::json!({
         "runs": args.runs,
+        "exitprof": format!("{} ({linked})", exitprof.display()),
         "cases": rows.iter().map(|row| serde_json::json!({
             "name": row.case.name,
             "reference": row.case.reference.join(" "),
@@ -109,18 +119,19 @@ pub fn bench_driver(args: &BenchArgs) -> anyhow::Result<()> {
             "ratio": row.ratio,
         })).collect::<Vec<_>>(),
     });
-    let path = root.join("target/bench-driver.json");
+    let path = root.join("target").join(json_name);
     fs::write(&path, serde_json::to_string_pretty(&json)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
     eprintln!("bench-driver: wrote {}", path.display());
     Ok(())
 }
 
-fn table(rows: &[Row], runs: u32) -> String {
+fn table(rows: &[Row], runs: u32, linked: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\nmedians of {runs} alternating runs each, seconds; ratio = exitprof driver / C reference\n"
+        "\nmedians of {runs} alternating runs each, seconds; ratio = exitprof driver ({linked}) / C \
+         reference\n"
     );
     let _ = writeln!(
         out,

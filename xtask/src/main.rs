@@ -4,6 +4,7 @@
 mod bench;
 mod bench_scale;
 mod command;
+mod dist;
 mod layout;
 mod measure;
 mod overhead;
@@ -34,6 +35,9 @@ enum Task {
     /// Runs the whole test suite: lints, unit tests, root integration tests on this kernel, and
     /// the VM tests on Debian kernels.
     Test(test::TestArgs),
+    /// Builds exitprof statically linked (musl) into target/dist/exitprof, and a Debian package
+    /// of it with a systemd unit for `exitprof serve`, installed disabled.
+    Dist,
     /// Tests exitprof's kprobe and fentry modes on Debian's 6.1 and 6.12 kernels in qemu.
     VmTest(vm::VmTestArgs),
     /// Compares exitprof's storm drivers, without probes, with C programs of the seeds'
@@ -55,6 +59,7 @@ fn main() -> ExitCode {
         Task::Setup => setup::setup(),
         Task::Run { args } => run(&args),
         Task::Test(args) => test::test(&args),
+        Task::Dist => dist::dist(),
         Task::VmTest(args) => setup::setup().and_then(|()| vm::vm_test(&args)),
         Task::BenchDriver(args) => bench::bench_driver(&args),
         Task::BenchScale(args) => bench_scale::bench_scale(&args),

@@ -2,7 +2,8 @@
 //!
 //! - the nightly toolchain with `rust-src` (eBPF targets are built with `-Z build-std=core`);
 //! - bpf-linker 0.13, built against the nightly's own LLVM, because no prebuilt binary can be
-//!   downloaded here and the linker's LLVM must match the one rustc emits bitcode for.
+//!   downloaded here and the linker's LLVM must match the one rustc emits bitcode for;
+//! - for `cargo xtask dist` alone, the standard library of the musl target it links against.
 
 use std::{
     fs,
@@ -60,6 +61,17 @@ fn ensure_nightly() -> anyhow::Result<()> {
         run(&mut rustup(&["component", "add", "rust-src", "--toolchain", "nightly"]))?;
     }
     Ok(())
+}
+
+/// Installs the default toolchain's standard library for `target` when it is missing.
+pub fn ensure_target(target: &str) -> anyhow::Result<()> {
+    let installed = output(&mut rustup(&["target", "list", "--installed"]))
+        .context("rustup is needed to add a target")?;
+    if installed.lines().any(|l| l.trim() == target) {
+        return Ok(());
+    }
+    eprintln!("setup: Rust's standard library for {target}: installing");
+    run(&mut rustup(&["target", "add", target]))
 }
 
 /// The nightly's LLVM shared library (`libLLVM.so.<major>.<minor>-rust-<version>-nightly`) and

@@ -2,8 +2,10 @@
 //!
 //! 1. lints: the layout's rules, rustfmt, clippy on the userspace crates and on the eBPF crate;
 //! 2. unit tests (no root needed);
-//! 3. integration tests, as root, one at a time (they load eBPF programs and share kernel state);
-//! 4. the VM tests on Debian kernels (kprobe and fentry modes, which this host lacks).
+//! 3. the static binary and its Debian package (`cargo xtask dist`), which an integration test
+//!    installs;
+//! 4. integration tests, as root, one at a time (they load eBPF programs and share kernel state);
+//! 5. the VM tests on Debian kernels (kprobe and fentry modes, which this host lacks).
 
 use std::{path::PathBuf, process::Command, time::Instant};
 
@@ -12,7 +14,7 @@ use clap::Args;
 
 use crate::{
     command::{cargo, root_command, run, workspace_root},
-    layout, setup,
+    dist, layout, setup,
     vm::{self, VmTestArgs},
 };
 
@@ -29,6 +31,7 @@ pub fn test(args: &TestArgs) -> anyhow::Result<()> {
     stage("unit tests", || {
         cargo(&["test", "--locked", "--workspace", "--exclude", "exitprof-ebpf", "--lib", "--bins"])
     })?;
+    stage("static binary and Debian package", dist::build)?;
     stage("root integration tests", integration)?;
     if args.no_vm {
         eprintln!("xtask: VM tests skipped (--no-vm): kprobe and fentry modes were not tested");

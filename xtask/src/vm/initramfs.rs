@@ -17,7 +17,7 @@ use super::{
     scenarios::Scenario,
     suite::{GuestTests, PROGRAMS, StaticBuild, TEST_BINARY},
 };
-use crate::command::which;
+use crate::{command::which, dist::require_static};
 
 /// Writes the initramfs to `path`.
 pub fn build(
@@ -40,6 +40,10 @@ pub fn build(
             .map(|(name, binary)| (format!("{PROGRAMS}/{name}"), binary.clone())),
     );
 
+    for (_, binary) in &files {
+        require_static(binary).context("the guest has no shared libraries")?;
+    }
+
     let mut dirs: BTreeSet<String> =
         ["/bin", "/dev", "/proc", "/sys", "/tmp"].map(Into::into).into();
     for (dest, _) in &files {
@@ -54,8 +58,7 @@ pub fn build(
     let out =
         fs::File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
     let mut archive = Archive::new(BufWriter::new(out));
-    // Sorted, so that every directory comes after its parent.
-    for dir in &dirs {
+    for dir in ["/bin", "/dev", "/proc", "/sys", "/tmp"] {
         archive.dir(dir)?;
     }
     for (dest, source) in &files {

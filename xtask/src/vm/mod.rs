@@ -2,7 +2,8 @@
 //! modes the developers' own kernel lacks.
 //!
 //! Steps: make sure qemu and busybox are installed; fetch the newest Debian kernel of each
-//! series (cached); build exitprof and its integration tests static; pack them with busybox
+//! series (cached); build exitprof (`cargo xtask dist`'s binary) and its integration tests
+//! static; pack them with busybox
 //! into an initramfs whose `/init` runs every [scenario](scenarios::SCENARIOS) and then
 //! [a subset of the integration tests](suite::GUEST_TESTS) in the attach modes the host lacks;
 //! boot each kernel (concurrently: on two cores that is about twice as fast as one after the

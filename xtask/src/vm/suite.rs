@@ -1,18 +1,15 @@
 //! exitprof's own integration tests inside the guests: the tests that assert what the running
 //! kernel offers and where exits' costs lie, run where kprobes and fentry exist.
 //!
-//! The test binary and exitprof are built static (musl), and the C programs the tests profile
-//! are built static ahead of time (the guest has no compiler); the tests find them through the
-//! environment their `support` module reads.
+//! The test binary and exitprof (`cargo xtask dist`'s) are built static (musl), and the C
+//! programs the tests profile are built static ahead of time (the guest has no compiler); the
+//! tests find them through the environment their `support` module reads.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use crate::{command::workspace_root, measure::compile_c, test::test_binaries};
-
-/// The target of the guest's binaries: static, so nothing else needs copying into the guest.
-const STATIC_TARGET: &str = "x86_64-unknown-linux-musl";
+use crate::{command::workspace_root, dist, measure::compile_c, test::test_binaries};
 
 /// Where the guest finds the test binary and the test programs.
 pub const TEST_BINARY: &str = "/tests/exitprof-tests";
@@ -66,15 +63,12 @@ pub struct StaticBuild {
 
 /// Builds exitprof, its integration tests and their C programs, all statically linked.
 pub fn build() -> anyhow::Result<StaticBuild> {
-    let root = workspace_root();
-    let tests = test_binaries(&["--release", "--target", STATIC_TARGET])
-        .with_context(|| {
-            format!("is the {STATIC_TARGET} target installed? `rustup target add {STATIC_TARGET}`")
-        })?
+    let exitprof = dist::static_binary()?;
+    // The shipped binary's target and profile: the tests' build shares its artifacts.
+    let tests = test_binaries(&["--profile", dist::PROFILE, "--target", dist::TARGET])?
         .pop()
         .context("cargo named no integration-test executable")?;
-    // Integration tests build the crate's binaries too.
-    let exitprof = root.join("target").join(STATIC_TARGET).join("release/exitprof");
+    let root = workspace_root();
     let programs = build_programs(&root.join("exitprof/tests/programs"), &root.join("target/vm"))?;
     Ok(StaticBuild { exitprof, tests, programs })
 }

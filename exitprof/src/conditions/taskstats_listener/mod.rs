@@ -330,10 +330,9 @@ fn set_rcvbuf(socket: &Socket, bytes: u32) -> Result<(), ListenerError> {
 }
 
 fn set_recv_timeout(socket: &Socket, timeout: Duration) -> io::Result<()> {
-    let tv = libc::timeval {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_usec: libc::suseconds_t::from(timeout.subsec_micros()),
-    };
+    // The fields' types are libc's (musl's are deprecated aliases that will change width).
+    let tv =
+        libc::timeval { tv_sec: timeout.as_secs() as _, tv_usec: timeout.subsec_micros().into() };
     setsockopt(socket, libc::SO_RCVTIMEO, &tv)
 }
 

@@ -5,6 +5,7 @@ use std::{fs, io};
 
 use anyhow::Context as _;
 
+use super::seed_stack;
 use crate::{
     probes::privileges,
     target::{ForkParams, Storm, ThreadsParams},
@@ -28,7 +29,7 @@ pub struct SystemLimits {
     /// RLIMIT_NPROC and the tasks of this user that count against it, when the kernel enforces
     /// it for this process (not for root's user, CAP_SYS_RESOURCE or CAP_SYS_ADMIN).
     pub nproc: Option<(u64, u64)>,
-    /// The default pthread stack size (from RLIMIT_STACK).
+    /// The stack size of the storm's threads (glibc's default, from RLIMIT_STACK).
     pub stack_bytes: u64,
     pub memory: Memory,
 }
@@ -192,7 +193,7 @@ impl SystemLimits {
             pid_max: read_number("/proc/sys/kernel/pid_max")?,
             tasks_now: tasks_now()?,
             nproc: nproc()?,
-            stack_bytes: default_stack_bytes()?,
+            stack_bytes: seed_stack::bytes().context("reading RLIMIT_STACK")?,
             memory,
         })
     }
@@ -257,25 +258,6 @@ fn user_tasks(uid: u32) -> u64 {
             (real_uid == uid).then_some(threads)
         })
         .sum()
-}
-
-/// The stack size pthread_create gives a thread with default attributes.
-fn default_stack_bytes() -> anyhow::Result<u64> {
-    // SAFETY: attr is initialised by pthread_attr_init before it is read, and destroyed after.
-    unsafe {
-        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-        let rc = libc::pthread_attr_init(&raw mut attr);
-        if rc != 0 {
-            return Err(io::Error::from_raw_os_error(rc)).context("pthread_attr_init");
-        }
-        let mut size = 0;
-        let rc = libc::pthread_attr_getstacksize(&raw const attr, &raw mut size);
-        libc::pthread_attr_destroy(&raw mut attr);
-        if rc != 0 {
-            return Err(io::Error::from_raw_os_error(rc)).context("pthread_attr_getstacksize");
-        }
-        Ok(size as u64)
-    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ pub mod command;
 mod forks;
 pub mod limits;
 mod pacer;
+mod seed_stack;
 pub mod threads;
 
 use std::{

@@ -1,7 +1,8 @@
 //! The 2006 taskstats thread's storm: N threads x reps; thread i sleeps `(N-i)*stagger`, then
-//! exits; every rep creates all its threads, then joins them all. Raw pthreads with default
-//! attributes, as the seed: `std::thread` costs more per thread (an alternate signal stack
-//! mapped for every thread, and its bookkeeping), which would be charged to the storm.
+//! exits; every rep creates all its threads, then joins them all. Raw pthreads with glibc's
+//! default attributes, as the seed, whichever libc this binary has (see
+//! [`seed_stack`](super::seed_stack)): `std::thread` costs more per thread (an alternate signal
+//! stack mapped for every thread, and its bookkeeping), which would be charged to the storm.
 
 use std::{
     io,
@@ -10,13 +11,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{channel::DriverReport, pacer::Pacer};
+use super::{channel::DriverReport, pacer::Pacer, seed_stack::SeedAttributes};
 use crate::target::ThreadsParams;
 
 extern "C" fn sleep_then_exit(sleep_ns: *mut libc::c_void) -> *mut libc::c_void {
     let ns = sleep_ns as u64;
     let ts = libc::timespec {
-        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        // time_t's width is libc's (musl's alias is deprecated: it will change).
+        tv_sec: (ns / 1_000_000_000) as _,
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
     };
     // SAFETY: a valid timespec; no remainder wanted. Like the seed's usleep, it sleeps even for
@@ -30,10 +32,11 @@ pub fn run(params: ThreadsParams) -> io::Result<DriverReport> {
     let ThreadsParams { threads, reps, stagger_us, rate } = params;
     let mut report = DriverReport::default();
     let mut handles = Vec::with_capacity(threads as usize);
+    let attributes = SeedAttributes::new()?;
     let Some(rate) = rate else {
         let stagger_ns = u64::from(stagger_us) * 1000;
         for _ in 0..reps {
-            rep(threads, stagger_ns, &mut handles, &mut report)?;
+            rep(threads, stagger_ns, &attributes, &mut handles, &mut report)?;
         }
         return Ok(report);
     };
@@ -41,7 +44,7 @@ pub fn run(params: ThreadsParams) -> io::Result<DriverReport> {
     for _ in 0..reps {
         let stagger_ns = pacer.next_stagger_ns();
         let started = Instant::now();
-        rep(threads, stagger_ns, &mut handles, &mut report)?;
+        rep(threads, stagger_ns, &attributes, &mut handles, &mut report)?;
         pacer.rep_done(stagger_ns, started.elapsed());
         report.staggers_ns.push(stagger_ns);
     }
@@ -53,7 +56,7 @@ pub fn run(params: ThreadsParams) -> io::Result<DriverReport> {
 pub fn burst_rate(threads: u32) -> io::Result<f64> {
     let mut handles = Vec::with_capacity(threads as usize);
     let started = Instant::now();
-    rep(threads, 0, &mut handles, &mut DriverReport::default())?;
+    rep(threads, 0, &SeedAttributes::new()?, &mut handles, &mut DriverReport::default())?;
     Ok(f64::from(threads) / started.elapsed().max(Duration::from_nanos(1)).as_secs_f64())
 }
 
@@ -61,6 +64,7 @@ pub fn burst_rate(threads: u32) -> io::Result<f64> {
 fn rep(
     threads: u32,
     stagger_ns: u64,
+    attributes: &SeedAttributes,
     handles: &mut Vec<libc::pthread_t>,
     report: &mut DriverReport,
 ) -> io::Result<()> {
@@ -68,14 +72,14 @@ fn rep(
     let mut create_error = None;
     for i in 0..threads {
         let sleep_ns = u64::from(threads - i).saturating_mul(stagger_ns);
-        // pthread_t is an integer in glibc and a pointer in musl: written by pthread_create.
+        // An integer with glibc, a pointer with musl: written by pthread_create.
         let mut handle = MaybeUninit::<libc::pthread_t>::uninit();
         // SAFETY: `sleep_then_exit` takes its argument by value (an integer in a pointer) and
-        // the default attributes are used.
+        // the attributes are initialised.
         let rc = unsafe {
             libc::pthread_create(
                 handle.as_mut_ptr(),
-                ptr::null(),
+                attributes.as_ptr(),
                 sleep_then_exit,
                 sleep_ns as *mut _,
             )
