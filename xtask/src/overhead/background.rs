@@ -4,10 +4,10 @@
 
 use std::{
     io::{self, BufRead as _, BufReader, Read},
-    process::{Child, Command, Stdio},
+    process::{Child, Command, ExitStatus, Stdio},
     sync::mpsc::{self, Sender},
     thread::{self, JoinHandle},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, bail};
@@ -57,8 +57,20 @@ impl Background {
     /// Stops the program as Ctrl-C does (it detaches, and reports) and returns its stdout.
     pub fn stop(mut self) -> anyhow::Result<String> {
         let mut child = self.child.take().context("already stopped")?;
-        signal(&child, libc::SIGINT);
-        let status = child.wait().context("waiting for a background program")?;
+        // Ctrl-C again while it runs on: bpftrace at times lets the first one pass.
+        let mut status = None;
+        for _ in 0..STOP_TRIES {
+            signal(&child, libc::SIGINT);
+            status = exit_within(&mut child, STOP_PATIENCE)?;
+            if status.is_some() {
+                break;
+            }
+        }
+        let Some(status) = status else {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("a program attached in the background did not stop on SIGINT: killed");
+        };
         let stdout = self.stdout.take().context("its stdout")?;
         let stdout = stdout.join().expect("the stdout reader does not panic")?;
         if !status.success() {
@@ -83,6 +95,22 @@ impl Drop for Background {
             let _ = child.wait();
         }
     }
+}
+
+/// How long a background program may take to stop after a SIGINT, and how many it gets.
+const STOP_PATIENCE: Duration = Duration::from_secs(2);
+const STOP_TRIES: u32 = 5;
+
+/// The child's exit status once it exits, within `patience`.
+fn exit_within(child: &mut Child, patience: Duration) -> anyhow::Result<Option<ExitStatus>> {
+    let asked = Instant::now();
+    while asked.elapsed() < patience {
+        if let Some(status) = child.try_wait().context("waiting for a background program")? {
+            return Ok(Some(status));
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    Ok(None)
 }
 
 /// Reads `pipe` line by line in a thread: says on `said` when a line starts with `ready`, hands
