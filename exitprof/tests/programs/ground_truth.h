@@ -20,17 +20,6 @@ static inline long now_ns(void) {
     return t.tv_sec * 1000000000L + t.tv_nsec;
 }
 
-// Keeps the calling thread on `cpu`.
-static inline void pin(int cpu) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    if (sched_setaffinity(0, sizeof(set), &set) != 0) {
-        perror("sched_setaffinity");
-        exit(1);
-    }
-}
-
 // Makes the calling thread SCHED_FIFO, on `cpu` when it is not negative: no other task of the
 // machine takes the CPU from it, so the times it shows are its own work's.
 static inline void realtime(int cpu) {
@@ -40,8 +29,15 @@ static inline void realtime(int cpu) {
         fprintf(stderr, "cannot run as SCHED_FIFO: %s\n", strerror(err));
         exit(1);
     }
-    if (cpu >= 0)
-        pin(cpu);
+    if (cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+            perror("sched_setaffinity");
+            exit(1);
+        }
+    }
 }
 
 // Private anonymous memory of `bytes`, every page touched, in 4 KiB pages (no transparent huge

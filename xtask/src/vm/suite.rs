@@ -30,10 +30,11 @@ pub struct GuestTests {
 /// every mode offered.
 ///
 /// The ground truth runs there without its blocked thread (`lock_hold`, in two of the tests):
-/// its three racing threads, two of them real-time, did not keep their timing on two emulated
-/// CPUs that share one host thread (its exit at times came before the lock was taken). It runs
-/// on the host. A function's stage must hold more of the exit under emulation than on the host
-/// only by a smaller margin (`EXITPROF_TEST_EMULATED`; see the ground truth's `dominant_share`).
+/// its two racing real-time threads did not keep their timing on two emulated CPUs that share
+/// one host thread (its exit at times came before the lock was taken, and a third thread that
+/// watched for the lock to be held missed it too). It runs on the host. Under emulation a
+/// function's stage must hold the most of the exit by a smaller margin than on the host
+/// (`EXITPROF_TEST_EMULATED`; see the ground truth's `dominant_share`).
 pub const GUEST_TESTS: &[GuestTests] = &[
     GuestTests { name: "ground-truth-kprobe", attach: "kprobe", args: GROUND_TRUTH },
     GuestTests { name: "ground-truth-fentry", attach: "fentry", args: GROUND_TRUTH },
