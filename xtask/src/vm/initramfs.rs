@@ -58,7 +58,8 @@ pub fn build(
     let out =
         fs::File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
     let mut archive = Archive::new(BufWriter::new(out));
-    for dir in ["/bin", "/dev", "/proc", "/sys", "/tmp"] {
+    // Sorted, so that every directory comes after its parent.
+    for dir in &dirs {
         archive.dir(dir)?;
     }
     for (dest, source) in &files {
