@@ -17,11 +17,8 @@ use crate::{
 /// How often records are read from the ring buffers, unless one fills up first.
 const READ_INTERVAL: Duration = Duration::from_millis(20);
 
-/// How long to wait, after the target ended, for its last exits to reach their final switch
-/// and for the deferred work they left (an IPC namespace's free waits for RCU grace periods in
-/// a kworker) to run. Runs that leave nothing pending end at once; on a busy emulated machine
-/// the last free came more than 2 s after the storm.
-const SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long to wait, after the target ended, for its last exits to reach their final switch.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What collecting a target's records found.
 pub struct Collected {
