@@ -48,10 +48,12 @@ pub struct DeferredWork {
     exit_to_task_free: Latency,
     namespaces_freed: u64,
     namespaces_joined: u64,
-    /// Namespace address -> ends of the latest exits seen in it, oldest first. A freed
+    /// Namespace address -> (start, end) of the latest exits seen in it, oldest first. A freed
     /// namespace's address can be reused at once, and the two ring buffers do not keep each
-    /// other's order, so a free is joined to the latest exit that ended before it.
-    exits_by_ns: HashMap<u64, Vec<u64>>,
+    /// other's order, so a free is joined to the latest exit that started before it. (Not
+    /// ended: the exit drops its namespace well before its final switch-out, and on a slow
+    /// machine the free can come first.)
+    exits_by_ns: HashMap<u64, Vec<(u64, u64)>>,
     /// Namespaces freed before their exit's record arrived: address -> (run start, free time).
     early_ns_frees: HashMap<u64, (u64, u64)>,
     /// Leader exits waiting for their reap, and reaps waiting for their exit: pid -> times
@@ -89,9 +91,9 @@ impl DeferredWork {
         self.awaiting_free.retain(|_, &mut (_, end)| end >= horizon);
         self.early_frees.retain(|_, &mut freed| freed >= horizon);
         self.early_ns_frees.retain(|_, &mut (_, freed)| freed >= horizon);
-        self.exits_by_ns.retain(|_, ends| {
-            ends.retain(|&end| end >= horizon);
-            !ends.is_empty()
+        self.exits_by_ns.retain(|_, exits| {
+            exits.retain(|&(_, end)| end >= horizon);
+            !exits.is_empty()
         });
         self.expired += (before - self.waiting()) as u64;
     }
@@ -113,16 +115,16 @@ impl DeferredWork {
         self.advance(end);
         if exit.ipc_ns != 0 {
             match self.early_ns_frees.remove(&exit.ipc_ns) {
-                Some((run, freed)) if freed >= end => self.join_ns_free(run, end, freed),
+                Some((run, freed)) if freed >= start => self.join_ns_free(run, end, freed),
                 early => {
                     if let Some(early) = early {
                         self.early_ns_frees.insert(exit.ipc_ns, early);
                     }
-                    let ends = self.exits_by_ns.entry(exit.ipc_ns).or_default();
-                    let at = ends.partition_point(|&e| e <= end);
-                    ends.insert(at, end);
-                    if ends.len() > EXITS_KEPT_PER_NS {
-                        ends.remove(0);
+                    let exits = self.exits_by_ns.entry(exit.ipc_ns).or_default();
+                    let at = exits.partition_point(|&(s, _)| s <= start);
+                    exits.insert(at, (start, end));
+                    if exits.len() > EXITS_KEPT_PER_NS {
+                        exits.remove(0);
                     }
                 }
             }
@@ -204,14 +206,14 @@ impl DeferredWork {
         }
     }
 
-    /// The end of the latest exit in namespace `ns` that ended before `freed`, taken out with
+    /// The end of the latest exit in namespace `ns` that started before `freed`, taken out with
     /// the exits before it (they belonged to the same namespace).
     fn take_exit_before(&mut self, ns: u64, freed: u64) -> Option<u64> {
-        let ends = self.exits_by_ns.get_mut(&ns)?;
-        let before = ends.partition_point(|&e| e <= freed);
-        let end = ends[..before].last().copied();
-        ends.drain(..before);
-        if ends.is_empty() {
+        let exits = self.exits_by_ns.get_mut(&ns)?;
+        let before = exits.partition_point(|&(start, _)| start <= freed);
+        let end = exits[..before].last().map(|&(_, end)| end);
+        exits.drain(..before);
+        if exits.is_empty() {
             self.exits_by_ns.remove(&ns);
         }
         end
@@ -368,6 +370,25 @@ mod tests {
         // A kfree of something else in a run is not a namespace in tracepoint mode.
         d.record(&record(DeferredKind::IpcNsFreed, 350, 401, 0xB));
         assert_eq!(d.report().ipc.namespaces_freed, 2);
+    }
+
+    #[test]
+    fn a_namespace_freed_before_its_exits_final_switch_out_is_joined() {
+        // The exit drops the namespace well before its end; on a slow machine the free (after
+        // an RCU grace period in a kworker) can come first, in either order of reading.
+        for free_first in [false, true] {
+            let mut d = DeferredWork::new(true, false, false);
+            let free = record(DeferredKind::IpcNsFreed, 150, 200, 0xD);
+            if free_first {
+                d.record(&free);
+            }
+            d.exit(&exit(13, 13, 0xD, 100, 300));
+            if !free_first {
+                d.record(&free);
+            }
+            let r = d.report();
+            assert_eq!((r.ipc.namespaces_freed, r.ipc.namespaces_joined), (1, 1), "{free_first}");
+        }
     }
 
     #[test]
