@@ -7,7 +7,7 @@ use std::{fs, path::PathBuf, process::Command};
 use serde_json::Value;
 use yaml_rust2::{Yaml, YamlLoader};
 
-use crate::support::{num, require_root};
+use crate::support::{exitprof_path, num, require_root};
 
 /// serve's port (`--listen` defaults to 127.0.0.1:19100).
 const PORT: u16 = 19100;
@@ -59,10 +59,8 @@ fn daemonset_capabilities() -> Vec<String> {
 
 /// `exitprof serve --help`.
 fn serve_help() -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_exitprof"))
-        .args(["serve", "--help"])
-        .output()
-        .expect("exitprof starts");
+    let out =
+        Command::new(exitprof_path()).args(["serve", "--help"]).output().expect("exitprof starts");
     assert!(
         out.status.success(),
         "`exitprof serve --help` failed ({}): {}",
@@ -159,7 +157,7 @@ fn deploy_files_use_serves_flags_and_port() {
 fn storm_under(setpriv_args: &[String]) -> Result<Value, String> {
     let out = Command::new("setpriv")
         .args(setpriv_args)
-        .arg(env!("CARGO_BIN_EXE_exitprof"))
+        .arg(exitprof_path())
         .args(["--json", "--workload", "threads", "--threads", "300", "--reps", "2"])
         .args(["--stagger-us", "0", "--sample-hz", "4999"])
         .output()

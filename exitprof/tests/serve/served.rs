@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::support::exitprof;
+use crate::support::{exitprof, exitprof_path};
 
 /// A free port on loopback (bound, then released for the server under test to take).
 pub fn free_port() -> u16 {
@@ -191,7 +191,7 @@ pub fn exchange(addr: SocketAddr, request: &[u8]) -> std::io::Result<Vec<u8>> {
 pub fn named_storm(dir: &Path, name: &str, args: &[&str]) -> Command {
     let program = dir.join(name);
     if !program.exists() {
-        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_exitprof"), &program).unwrap();
+        std::os::unix::fs::symlink(exitprof_path(), &program).unwrap();
     }
     let mut command = Command::new(program);
     command.arg("__workload").args(args).stdout(Stdio::null());
