@@ -11,7 +11,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::support::{exitprof, require_root};
+use crate::support::{KilledOnDrop, exitprof, require_root};
 
 const DELAYACCT: &str = "/proc/sys/kernel/task_delayacct";
 /// Where a run keeps the original value while it holds the sysctl.
@@ -152,7 +152,7 @@ impl Drop for DelayacctRestore {
 }
 
 /// `exitprof __condition delayacct SIDE` holding until signalled; killed if the test fails.
-struct Holder(Option<Child>);
+struct Holder(KilledOnDrop);
 
 impl Holder {
     /// Starts the hold and waits until the sysctl shows it.
@@ -163,7 +163,7 @@ impl Holder {
             .stderr(Stdio::piped())
             .spawn()
             .expect("exitprof starts");
-        let mut holder = Holder(Some(child));
+        let mut holder = Holder(KilledOnDrop::new(child));
         let started = Instant::now();
         while delayacct() != on {
             if let Some(status) = holder.child().try_wait().unwrap() {
@@ -176,7 +176,7 @@ impl Holder {
     }
 
     fn child(&mut self) -> &mut Child {
-        self.0.as_mut().expect("the hold is running")
+        self.0.child()
     }
 
     fn signal(&mut self, signal: i32) {
@@ -184,18 +184,8 @@ impl Holder {
         assert_eq!(unsafe { libc::kill(self.child().id() as i32, signal) }, 0);
     }
 
-    fn wait(mut self) -> Output {
-        let child = self.0.take().expect("the hold is running");
-        child.wait_with_output().expect("waiting for exitprof")
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+    fn wait(self) -> Output {
+        self.0.take().wait_with_output().expect("waiting for exitprof")
     }
 }
 

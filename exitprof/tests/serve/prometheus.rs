@@ -5,18 +5,20 @@ use std::{
     fs::File,
     net::{Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use serde_json::Value;
 
 use super::served::{free_port, get};
+use crate::support::KilledOnDrop;
 
 const PROMETHEUS: &str = "/usr/bin/prometheus";
 
 pub struct Prometheus {
-    child: Child,
+    // Dropped, Prometheus is killed.
+    _child: KilledOnDrop,
     addr: SocketAddr,
     log: PathBuf,
 }
@@ -51,7 +53,7 @@ impl Prometheus {
             .stderr(File::create(&log).unwrap())
             .spawn()
             .expect("prometheus starts");
-        let prometheus = Self { child, addr, log };
+        let prometheus = Self { _child: KilledOnDrop::new(child), addr, log };
         let started = Instant::now();
         while !get(addr, "/-/ready", None).is_ok_and(|r| r.status == 200) {
             assert!(
@@ -96,13 +98,6 @@ impl Prometheus {
             );
             std::thread::sleep(Duration::from_millis(250));
         }
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -6,11 +6,11 @@ use std::{
     io::{Read as _, Write as _},
     net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream},
     path::{Path, PathBuf},
-    process::{Child, Command, ExitStatus, Stdio},
+    process::{Command, ExitStatus, Stdio},
     time::{Duration, Instant},
 };
 
-use crate::support::{exitprof, exitprof_path};
+use crate::support::{KilledOnDrop, exitprof, exitprof_path};
 
 /// A free port on loopback (bound, then released for the server under test to take).
 pub fn free_port() -> u16 {
@@ -20,7 +20,7 @@ pub fn free_port() -> u16 {
 
 /// exitprof serving on a loopback port of its own. Dropped, it is killed.
 pub struct Served {
-    child: Option<Child>,
+    child: KilledOnDrop,
     pub addr: SocketAddr,
     stderr: PathBuf,
 }
@@ -40,7 +40,7 @@ impl Served {
             .stderr(File::create(&stderr).unwrap())
             .spawn()
             .expect("exitprof starts");
-        let mut served = Self { child: Some(child), addr, stderr };
+        let mut served = Self { child: KilledOnDrop::new(child), addr, stderr };
         let started = Instant::now();
         loop {
             if let Ok(r) = get(addr, "/healthz", None)
@@ -48,7 +48,7 @@ impl Served {
             {
                 return served;
             }
-            if let Some(status) = served.child.as_mut().unwrap().try_wait().unwrap() {
+            if let Some(status) = served.child.child().try_wait().unwrap() {
                 panic!("exitprof serve {args:?} ended ({status}):\n{}", served.stderr());
             }
             assert!(
@@ -61,7 +61,7 @@ impl Served {
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
+        self.child.id()
     }
 
     pub fn stderr(&self) -> String {
@@ -108,27 +108,18 @@ impl Served {
 
     /// Waits (30 s at most) for it to end.
     pub fn finish(mut self) -> (ExitStatus, String) {
-        let mut child = self.child.take().expect("running");
         let started = Instant::now();
         loop {
-            if let Some(status) = child.try_wait().unwrap() {
+            if let Some(status) = self.child.child().try_wait().unwrap() {
                 return (status, self.stderr());
             }
-            if started.elapsed() > Duration::from_secs(30) {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("exitprof serve still running 30 s after its signal:\n{}", self.stderr());
-            }
+            // Still running, it is killed as the failed test drops it.
+            assert!(
+                started.elapsed() <= Duration::from_secs(30),
+                "exitprof serve still running 30 s after its signal:\n{}",
+                self.stderr()
+            );
             std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
         }
     }
 }

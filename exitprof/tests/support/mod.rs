@@ -1,7 +1,7 @@
 //! Helpers shared by exitprof's integration tests. They run the real binary, which loads real
 //! eBPF programs into the running kernel: root is required, and CI runs them as root.
 
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 
 use serde_json::Value;
 
@@ -33,6 +33,38 @@ pub fn attach_mode() -> String {
     std::env::var("EXITPROF_TEST_ATTACH").unwrap_or_else(|_| "auto".to_owned())
 }
 
+/// A child process of a test, killed and reaped if it still runs when dropped: a test that
+/// fails leaves nothing running.
+pub struct KilledOnDrop(Option<Child>);
+
+impl KilledOnDrop {
+    pub fn new(child: Child) -> Self {
+        Self(Some(child))
+    }
+
+    pub fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("the child is running")
+    }
+
+    pub fn id(&self) -> u32 {
+        self.0.as_ref().expect("the child is running").id()
+    }
+
+    /// The child, no longer killed when dropped: to be waited for.
+    pub fn take(mut self) -> Child {
+        self.0.take().expect("the child is running")
+    }
+}
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Runs exitprof with `args` and returns its output, whatever the status.
 pub fn run(args: &[&str]) -> Output {
     exitprof().args(args).output().expect("exitprof starts")
@@ -62,7 +94,7 @@ pub fn num(v: &Value, key: &str) -> f64 {
 
 /// A running `exitprof --json ...` that watches processes (--pid, --comm, --all).
 pub struct Watcher {
-    child: std::process::Child,
+    child: Child,
     stderr: std::sync::mpsc::Receiver<String>,
     args: Vec<String>,
 }
@@ -250,11 +282,7 @@ pub fn tracefs_instances() -> Vec<String> {
 
 /// Waits for `child` to end and collects its output; fails the test, killing the child, after
 /// `limit`: exitprof must never hang.
-pub fn wait_with_deadline(
-    child: std::process::Child,
-    limit: std::time::Duration,
-    what: &str,
-) -> Output {
+pub fn wait_with_deadline(child: Child, limit: std::time::Duration, what: &str) -> Output {
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -300,7 +328,7 @@ pub fn stat_of(pid: u32) -> Option<(char, u32, u32)> {
 
 /// exitprof running its workload.
 pub struct Started {
-    child: Option<std::process::Child>,
+    child: Option<Child>,
     pub pid: u32,
     /// exitprof's workload children when it was caught running; each leads its process group.
     pub workload: Vec<u32>,
