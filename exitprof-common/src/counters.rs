@@ -4,11 +4,12 @@
 
 /// The ring buffer had no room for an exit record.
 pub const RINGBUF_FULL: u32 = 0;
-/// The task-local storage for an exit could not be created (out of memory, or the storage was
-/// busy on this CPU): the exit is not recorded.
+/// Every preallocated exit state was in use: the exit is not recorded.
 pub const STATE_FULL: u32 = 1;
-/// A task created by a followed one could not be marked as followed: its exits are not recorded.
-pub const FOLLOW_FAILED: u32 = 2;
+/// Whether a task is followed could not be decided: an exit's task had no mark within the
+/// generations of ancestors looked through, or a followed process's mark could not be passed on
+/// to the thread that took the process over by exec. Its exits are not recorded.
+pub const FOLLOW_UNKNOWN: u32 = 2;
 /// The ring buffer had no room for a deferred-work record.
 pub const DEFERRED_RINGBUF_FULL: u32 = 3;
 /// An exit started again for a task whose record was still open: the earlier record never

@@ -1,6 +1,17 @@
 //! Deferred work: what an exit causes in other contexts (a kworker, the parent, an RCU
 //! callback), sent as separate records and joined to exits in userspace.
 
+/// The frees of one recorded exit's task in this many are reported (`TaskFreed`): enough for
+/// the distribution of how long tasks wait for their RCU callback, without a map insert and a
+/// record at every exit.
+pub const FREES_SAMPLED: u32 = 16;
+
+/// Whether the free of the task of a recorded exit with kernel pid `pid` is reported. Pids are
+/// handed out in turn, so every sixteenth exit of a storm is.
+pub const fn is_free_sampled(pid: u32) -> bool {
+    pid.is_multiple_of(FREES_SAMPLED)
+}
+
 /// What a [`DeferredRecord`] describes.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,7 +24,8 @@ pub enum DeferredKind {
     /// The parent reaped a zombie (`object` = its pid): its `release_task` ran from `start_ns`
     /// to `end_ns` (equal when only the moment is known).
     Reap = 3,
-    /// The RCU callback freed a task (`object` = its pid) at `start_ns` (`sched_process_free`).
+    /// The RCU callback freed a task (`object` = its pid) at `start_ns` (`sched_process_free`):
+    /// the tasks of recorded exits whose pids pass [`is_free_sampled`].
     TaskFreed = 4,
     /// A task queued the `free_ipc` work item at `start_ns`: a namespace it released waits for
     /// the next run.

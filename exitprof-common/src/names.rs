@@ -17,9 +17,14 @@ macro_rules! names {
 /// Maps userspace reads or sizes.
 pub mod maps {
     names! {
-        /// Every task's state in its local storage (`crate::task::TaskState`): userspace marks
-        /// the processes to follow through their pidfds.
+        /// The marks of followed tasks, in their local storage (`crate::task::TaskMark`):
+        /// userspace marks the processes to follow through their pidfds.
         TASKS,
+        /// The state of each exit in progress, an array sized at load time (a power of two).
+        EXIT_SLOTS,
+        /// Tasks whose exits were recorded, until they are freed (one in
+        /// `crate::deferred::FREES_SAMPLED`); sized as `EXIT_SLOTS`.
+        FREES_AWAITED,
         /// Finished exit records, a ring buffer sized at load time.
         EXITS,
         /// Deferred-work records, a ring buffer.
@@ -57,10 +62,16 @@ pub mod globals {
         TASK_FLAGS_OFFSET,
         /// `offsetof(struct task_struct, group_leader)`.
         TASK_GROUP_LEADER_OFFSET,
+        /// `offsetof(struct task_struct, real_parent)`.
+        TASK_REAL_PARENT_OFFSET,
+        /// `EXIT_SLOTS`' size less one.
+        EXIT_SLOT_MASK,
         /// `offsetof(struct task_struct, signal)`.
         TASK_SIGNAL_OFFSET,
         /// `offsetof(struct signal_struct, live)`.
         SIGNAL_LIVE_OFFSET,
+        /// `offsetof(struct signal_struct, group_exec_task)` (0: the kernel has none).
+        SIGNAL_GROUP_EXEC_TASK_OFFSET,
         /// `offsetof(struct task_struct, comm)`.
         TASK_COMM_OFFSET,
         /// `offsetof(struct task_struct, nsproxy)`.
@@ -168,8 +179,9 @@ pub mod programs {
     pub const KFREE: &str = "kfree";
     /// `tp_btf/sched_process_free`.
     pub const SCHED_PROCESS_FREE: &str = "sched_process_free";
-    /// `tp_btf/task_newtask`: follows the tasks followed ones create.
-    pub const TASK_NEWTASK: &str = "task_newtask";
+    /// `tp_btf/sched_process_exec`: passes a process's mark on to the thread that takes it
+    /// over by exec.
+    pub const SCHED_PROCESS_EXEC: &str = "sched_process_exec";
     /// The perf-event program of the sampling clock.
     pub const SAMPLE_CPU: &str = "sample_cpu";
 }

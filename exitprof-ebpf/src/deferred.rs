@@ -20,16 +20,14 @@ use exitprof_common::{
     deferred::{DeferredKind, DeferredRecord},
 };
 
-use exitprof_common::task::{FOLLOW_NONE, PHASE_DONE};
-
 use crate::{
-    exit_state::{follows_by_name, inherited_follow},
-    helpers::{current_pid, now_ns, read_at, task_pid_tgid},
+    exit_state::{exit_slot, key},
+    helpers::{current_pid, now_ns, read_at},
     maps::{
-        DEFERRED, FREE_IPC_ADDR, TASK_PID_OFFSET, TASKS, TRACE_ALL, WORK_FUNC_OFFSET, count,
+        DEFERRED, FREE_IPC_ADDR, FREES_AWAITED, TASK_PID_OFFSET, WORK_FUNC_OFFSET, count, stopped,
         wakeup_flag,
     },
-    task_storage::{Task, current_task},
+    task_storage::Task,
 };
 
 /// A `free_ipc` run in progress, keyed by the kworker's pid.
@@ -226,12 +224,14 @@ pub fn kfree(ctx: BtfTracePointContext) -> i32 {
 }
 
 /// A parent enters `release_task(struct task_struct *p)` for a child that is not itself
-/// (threads release themselves at the end of their exit). Reaps by a followed parent are
-/// noted; those of children whose exits were not recorded join none in userspace.
+/// (threads release themselves at the end of their exit). Every reap is noted while a run
+/// collects (deciding whether the parent is followed would cost a walk of its ancestry here,
+/// and each program with that walk costs the verifier tens of milliseconds); those of children
+/// whose exits were not recorded join none in userspace.
 fn reap_start(task: *const u8) {
     let Some(child) = read_at::<u32>(task, TASK_PID_OFFSET.load()) else { return };
     let parent = current_pid();
-    if child == parent || !parent_is_followed() {
+    if child == parent || stopped() {
         return;
     }
     if REAPING.insert(parent, (child, now_ns()), 0).is_err() {
@@ -274,7 +274,7 @@ pub fn fexit_exit_reap(_ctx: FExitContext) -> u32 {
     0
 }
 
-/// `syscalls:sys_exit_wait4`: in tracepoint mode, the moment a followed parent has reaped a child
+/// `syscalls:sys_exit_wait4`: in tracepoint mode, the moment a parent has reaped a child
 /// (the syscall returns the child's pid, as the parent's PID namespace sees it).
 #[tracepoint]
 pub fn sys_exit_wait4(ctx: TracePointContext) -> u32 {
@@ -282,37 +282,30 @@ pub fn sys_exit_wait4(ctx: TracePointContext) -> u32 {
     // kernels for syscall exit events.
     // SAFETY: a bounded read of the tracepoint record.
     let ret: i64 = unsafe { ctx.read_at(16) }.unwrap_or(-1);
-    if ret > 0 && parent_is_followed() {
+    if ret > 0 && !stopped() {
         let now = now_ns();
         emit(DeferredKind::WaitReaped, now, now, ret as u64, 0);
     }
     0
 }
 
-/// Whether the current task's children's exits may be recorded: it is followed, or exits are
-/// chosen by name or all of them (the reaps of other children then join no exit).
-#[inline(always)]
-fn parent_is_followed() -> bool {
-    if TRACE_ALL.load() != 0 || follows_by_name() {
-        return true;
-    }
-    let parent = current_task();
-    // SAFETY: a storage pointer from a successful lookup.
-    let follow =
-        TASKS.get(parent).map_or_else(|| inherited_follow(parent), |s| unsafe { (*s).follow });
-    follow != FOLLOW_NONE
-}
-
-/// `sched_process_free(struct task_struct *p)`, from the RCU callback that frees a task whose
-/// exit was recorded.
+/// `sched_process_free(struct task_struct *p)`, from the RCU callback that frees a task: the
+/// free of a task whose exit was recorded (one in `FREES_SAMPLED`) is reported. An exit still
+/// open when its task is freed never showed its end (it began before a probe it needed was
+/// attached, say): it is counted lost and its slot released, for the next exit that needs it.
 #[btf_tracepoint]
 pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
     let task: Task = ctx.arg(0);
-    // SAFETY: a storage pointer from a successful lookup.
-    if TASKS.get(task).is_some_and(|state| unsafe { (*state).phase } == PHASE_DONE) {
-        let (pid, _) = task_pid_tgid(task);
+    let key = key(task);
+    // SAFETY: the value is copied out at once.
+    if let Some(&pid) = unsafe { FREES_AWAITED.get(key) } {
         let now = now_ns();
         emit(DeferredKind::TaskFreed, now, now, u64::from(pid), 0);
+        let _ = FREES_AWAITED.remove(key);
+    } else if let Some(slot) = exit_slot(task) {
+        slot.release();
+        count(counters::STALE_RECORD);
+        count(counters::EXITS_ENDED);
     }
     0
 }

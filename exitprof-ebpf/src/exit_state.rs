@@ -1,26 +1,26 @@
-//! The per-task exit state, in the task's local storage: opened at the first probe point of an
-//! exit, extended by every later point, sent to userspace at the final switch-out.
+//! The state of each exit in progress, in a slot of a preallocated array: taken at the first
+//! probe point of an exit, extended by every later point, sent to userspace and released at the
+//! final switch-out.
 
-use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_smp_processor_id};
+use aya_ebpf::helpers::bpf_get_smp_processor_id;
 use exitprof_common::{
     counters,
+    deferred::is_free_sampled,
     point::{Marker, marker_code},
     record::{
-        ExitRecord, FLAG_GROUP_DEAD, FLAG_GROUP_DEAD_EXACT, FLAG_LATE_START, FLAG_TRUNCATED,
-        MAX_HITS, wire_len,
+        BLOCK_STACK_DEPTH, ExitRecord, FLAG_GROUP_DEAD, FLAG_GROUP_DEAD_EXACT, FLAG_LATE_START,
+        FLAG_TRUNCATED, MAX_HITS, wire_len,
     },
-    sizes::COMM_LEN,
-    task::{DRIVER, EXCLUDED, FOLLOW_NONE, FOLLOWED, PHASE_DONE, PHASE_EXITING, TaskState},
 };
 
 use crate::{
+    follow::{follow_of, is_target, note_exec_heir},
     helpers::{
-        current_ipc_ns, current_ns_pid_tgid, current_pid_tgid, group_leader, now_ns, read_at,
-        task_pid_tgid,
+        current_ipc_ns, current_ns_pid_tgid, current_pid_tgid, now_ns, read_at, task_pid_tgid,
     },
     maps::{
-        EXITS, SIGNAL_LIVE_OFFSET, TARGET_COMM, TASK_SIGNAL_OFFSET, TASKS, TRACE_ALL, count,
-        stopped, wakeup_flag,
+        EXIT_SLOT_MASK, EXIT_SLOTS, EXITS, FREES_AWAITED, SIGNAL_LIVE_OFFSET, TASK_SIGNAL_OFFSET,
+        count, stopped, wakeup_flag,
     },
     sched::back_on_cpu,
     task_storage::{Task, current_task},
@@ -39,59 +39,105 @@ pub enum Opens {
     Never,
 }
 
-/// How a task without state of its own is followed: as its thread group's leader is (a thread
-/// that existed before exitprof marked its process). A driver's threads are followed.
+/// One exit's state, from its first probe point to its final switch-out. Kept by the kernel
+/// side only: userspace receives its `record`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ExitState {
+    /// Frames in `pending_stack` (0: the block in progress has no stack).
+    pub pending_stack_len: u32,
+    /// Padding, zero.
+    pub pad: u32,
+    /// The kernel stack where the exiting task blocked last, taken as it switched out; it
+    /// becomes the record's `block_stack` if that block turns out to be the exit's longest.
+    pub pending_stack: [u64; BLOCK_STACK_DEPTH],
+    /// The exit record.
+    pub record: ExitRecord,
+}
+
+/// One slot of `EXIT_SLOTS`: an exit's state and the task whose exit it is.
+#[repr(C)]
+pub struct ExitSlot {
+    /// The task holding the slot ([`key`]), 0 while the slot is free.
+    owner: u64,
+    pub state: ExitState,
+}
+
+impl ExitSlot {
+    /// Frees the slot: the exit it held has ended.
+    #[inline(always)]
+    pub fn release(&mut self) {
+        self.owner = 0;
+    }
+}
+
+/// A task as a slot's owner: its `task_struct`'s address, unique while the task lives (its
+/// slot is released at its final switch-out, or at the latest when it is freed).
 #[inline(always)]
-pub fn inherited_follow(task: Task) -> u32 {
+pub fn key(task: Task) -> u64 {
+    task as u64
+}
+
+/// The two slots an exit of the task with pid `pid` may take: its pid's low bits (pids are
+/// handed out in turn, so the exits of a storm take neighbouring slots), and a mix of all its
+/// bits, for when another exit holds the first.
+#[inline(always)]
+fn slot_indexes(pid: u32) -> [u32; 2] {
+    let mask = EXIT_SLOT_MASK.load();
+    [pid & mask, (pid.wrapping_mul(0x9E37_79B1) >> 12) & mask]
+}
+
+#[inline(always)]
+fn slot(index: u32) -> Option<&'static mut ExitSlot> {
+    // SAFETY: a slot is only written by the programs of the task that holds it (or of the CPU
+    // switching that task), one at a time; claiming a free one is the exception (see
+    // `claim_slot`).
+    EXIT_SLOTS.get_ptr_mut(index).map(|slot| unsafe { &mut *slot })
+}
+
+/// The slot of `task`'s exit, if it is in progress. Array slots are found without a hash or a
+/// lock: this runs at every probe hit of an exit and every switch of an exiting task.
+///
+/// A task's pid changes once in one case: a thread-group leader that exits because another
+/// thread execs takes that thread's pid (`de_thread`'s `exchange_tids`), possibly after its
+/// slot was claimed by its own pid, which is the group's tgid. So the tgid's slots are looked
+/// at too.
+#[inline(always)]
+pub fn exit_slot(task: Task) -> Option<&'static mut ExitSlot> {
+    let owner = key(task);
     let (pid, tgid) = task_pid_tgid(task);
-    if pid == tgid {
-        return FOLLOW_NONE;
-    }
-    match TASKS.get(group_leader(task)) {
-        // SAFETY: a storage pointer from a successful lookup.
-        Some(leader) => match unsafe { (*leader).follow } {
-            DRIVER => FOLLOWED,
-            follow => follow,
-        },
-        None => FOLLOW_NONE,
-    }
+    owned_slot(pid, owner).or_else(|| if pid == tgid { None } else { owned_slot(tgid, owner) })
 }
 
-/// Whether an exit of the current task, followed as `follow`, is recorded.
+/// The slot among those of `pid` that `owner` holds.
 #[inline(always)]
-fn is_target(follow: u32) -> bool {
-    match follow {
-        FOLLOWED => true,
-        // A driver's own exit, and exitprof's, are never part of the target.
-        DRIVER | EXCLUDED => false,
-        _ => TRACE_ALL.load() != 0 || (follows_by_name() && current_comm_is_target()),
+fn owned_slot(pid: u32, owner: u64) -> Option<&'static mut ExitSlot> {
+    let [first, second] = slot_indexes(pid);
+    match slot(first) {
+        Some(slot) if slot.owner == owner => Some(slot),
+        _ => slot(second).filter(|slot| slot.owner == owner),
     }
 }
 
-/// Whether exits are also chosen by task name (`TARGET_COMM` is set).
+/// The state of `task`'s exit, if it is in progress.
 #[inline(always)]
-pub fn follows_by_name() -> bool {
-    TARGET_COMM.load()[0] != 0
+pub fn exit_state(task: Task) -> Option<&'static mut ExitState> {
+    exit_slot(task).map(|slot| &mut slot.state)
 }
 
+/// Takes a free slot for the current task's exit; `None` when both of its slots are held by
+/// other exits in progress: the exit is counted lost. Two exits claiming one slot at the same
+/// instant from two CPUs both take it and the later one keeps it; the other's record never
+/// ends, and userspace counts it unfinished, a loss.
 #[inline(always)]
-fn current_comm_is_target() -> bool {
-    bpf_get_current_comm().is_ok_and(is_target_comm)
-}
-
-/// Whether a task name is `TARGET_COMM`.
-#[inline(always)]
-fn is_target_comm(comm: [u8; COMM_LEN]) -> bool {
-    // Both names are NUL-padded to the full length, so equal names are equal arrays; compared
-    // as two words, which needs no memcmp (eBPF has none).
-    // SAFETY: [u8; 16] and [u64; 2] have the same size, and every bit pattern is valid for both.
-    let (a, b) = unsafe {
-        (
-            core::mem::transmute::<[u8; COMM_LEN], [u64; 2]>(comm),
-            core::mem::transmute::<[u8; COMM_LEN], [u64; 2]>(TARGET_COMM.load()),
-        )
+fn claim_slot(task: Task) -> Option<&'static mut ExitState> {
+    let [first, second] = slot_indexes(task_pid_tgid(task).0);
+    let slot = match slot(first) {
+        Some(slot) if slot.owner == 0 => slot,
+        _ => slot(second).filter(|slot| slot.owner == 0)?,
     };
-    a == b
+    slot.owner = key(task);
+    Some(&mut slot.state)
 }
 
 /// Records that the current task reached `point`.
@@ -99,47 +145,28 @@ fn is_target_comm(comm: [u8; COMM_LEN]) -> bool {
 pub fn hit_current(point: u8, opens: Opens) {
     let task = current_task();
     let now = now_ns();
-    let state = match TASKS.get(task) {
-        Some(state) => {
-            // SAFETY: the current task's own storage; a task runs on one CPU at a time.
-            let state = unsafe { &mut *state };
-            if state.phase == PHASE_EXITING {
-                extend(state, point, opens, now);
-                return;
-            }
-            if opens == Opens::Never || state.phase == PHASE_DONE || !is_target(state.follow) {
-                return;
-            }
-            state
-        }
-        None => {
-            if opens == Opens::Never {
-                return;
-            }
-            let follow = inherited_follow(task);
-            if !is_target(follow) || stopped() {
-                return;
-            }
-            let Some(state) = TASKS.get_or_create(task) else {
-                count(counters::STATE_FULL);
-                return;
-            };
-            // SAFETY: created for the current task just now.
-            let state = unsafe { &mut *state };
-            state.follow = follow;
-            state
-        }
-    };
-    if stopped() {
+    if let Some(state) = exit_state(task) {
+        extend(state, point, opens, now);
         return;
     }
+    if opens == Opens::Never || stopped() {
+        return;
+    }
+    note_exec_heir(task);
+    if !is_target(follow_of(task)) {
+        return;
+    }
+    let Some(state) = claim_slot(task) else {
+        count(counters::STATE_FULL);
+        return;
+    };
     open(state, opens != Opens::Start);
     push_hit(&mut state.record, point, now);
 }
 
 /// A point of an exit whose record is open.
 #[inline(always)]
-fn extend(state: &mut TaskState, point: u8, opens: Opens, now: u64) {
+fn extend(state: &mut ExitState, point: u8, opens: Opens, now: u64) {
     returned_unseen(state, now);
     if opens == Opens::Start {
         // A task exits once: a second start means the first record lost its end.
@@ -152,7 +179,7 @@ fn extend(state: &mut TaskState, point: u8, opens: Opens, now: u64) {
 
 /// Starts the current task's exit record.
 #[inline(always)]
-fn open(state: &mut TaskState, late: bool) {
+fn open(state: &mut ExitState, late: bool) {
     let (pid, tgid) = current_pid_tgid();
     let (ns_pid, ns_tgid) = current_ns_pid_tgid();
     let record = &mut state.record;
@@ -171,14 +198,13 @@ fn open(state: &mut TaskState, late: bool) {
     record.block_stack_len = 0;
     record.block_stack_hit = 0;
     record.ipc_ns = current_ipc_ns();
-    state.phase = PHASE_EXITING;
     count(counters::EXITS_OPENED);
 }
 
 /// The current task runs, so it is back on a CPU: if its record still says it is off-CPU, no
 /// `sched_switch` showed its return, and its interval closes now, late.
 #[inline(always)]
-fn returned_unseen(state: &mut TaskState, now: u64) {
+fn returned_unseen(state: &mut ExitState, now: u64) {
     if state.record.off_since_ns != 0 {
         count(counters::UNSEEN_RETURN);
         back_on_cpu(state, now);
@@ -206,14 +232,10 @@ fn push_hit(record: &mut ExitRecord, point: u8, now: u64) {
 /// Notes the kernel's own `group_dead` for the current task's exit, if it is being recorded.
 #[inline(always)]
 pub fn group_dead_current(group_dead: bool) {
-    if let Some(state) = TASKS.get(current_task()) {
-        // SAFETY: the current task's own storage.
-        let state = unsafe { &mut *state };
-        if state.phase == PHASE_EXITING {
-            state.record.flags |= FLAG_GROUP_DEAD_EXACT;
-            if group_dead {
-                state.record.flags |= FLAG_GROUP_DEAD;
-            }
+    if let Some(state) = exit_state(current_task()) {
+        state.record.flags |= FLAG_GROUP_DEAD_EXACT;
+        if group_dead {
+            state.record.flags |= FLAG_GROUP_DEAD;
         }
     }
 }
@@ -232,9 +254,11 @@ fn classify_group_dead(task: Task, record: &mut ExitRecord) {
     }
 }
 
-/// Ends the exit of `task` at its final switch-out: sends its record.
+/// Ends the exit of `task` at its final switch-out: sends its record and releases its slot.
+/// The free of one task in [`FREES_SAMPLED`] is awaited, to be reported.
 #[inline(always)]
-pub fn finish_exit(task: Task, state: &mut TaskState, now: u64) {
+pub fn finish_exit(task: Task, slot: &mut ExitSlot, now: u64) {
+    let state = &mut slot.state;
     returned_unseen(state, now);
     let record = &mut state.record;
     push_hit(record, marker_code(Marker::FinalSwitch), now);
@@ -248,7 +272,11 @@ pub fn finish_exit(task: Task, state: &mut TaskState, now: u64) {
     if EXITS.output::<[u8]>(bytes, wakeup_flag(&EXITS)).is_err() {
         count(counters::RINGBUF_FULL);
     }
-    state.phase = PHASE_DONE;
+    let pid = record.pid;
+    slot.release();
     // After the record is in the ring buffer: userspace that sees the count also finds it.
     count(counters::EXITS_ENDED);
+    if is_free_sampled(pid) && FREES_AWAITED.insert(key(task), pid, 0).is_err() {
+        count(counters::DEFERRED_STATE_FULL);
+    }
 }

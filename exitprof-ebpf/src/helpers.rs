@@ -10,8 +10,9 @@ use aya_ebpf::{
 
 use crate::{
     maps::{
-        NSPROXY_IPC_NS_OFFSET, PIDNS_DEV, PIDNS_INO, TASK_FLAGS_OFFSET, TASK_GROUP_LEADER_OFFSET,
-        TASK_NSPROXY_OFFSET, TASK_PID_OFFSET, TASK_TGID_OFFSET,
+        NSPROXY_IPC_NS_OFFSET, PIDNS_DEV, PIDNS_INO, SIGNAL_GROUP_EXEC_TASK_OFFSET,
+        TASK_FLAGS_OFFSET, TASK_GROUP_LEADER_OFFSET, TASK_NSPROXY_OFFSET, TASK_PID_OFFSET,
+        TASK_REAL_PARENT_OFFSET, TASK_SIGNAL_OFFSET, TASK_TGID_OFFSET,
     },
     task_storage::Task,
 };
@@ -78,6 +79,24 @@ fn task_field<T: Copy>(task: Task, offset: u32) -> T {
     unsafe { core::ptr::read_volatile(task.cast::<u8>().add(offset as usize).cast::<T>()) }
 }
 
+/// `task->signal`'s address, which the threads of a process share and keep across an exec.
+#[inline(always)]
+pub fn signal_of(task: Task) -> Option<u64> {
+    read_at::<u64>(task.cast(), TASK_SIGNAL_OFFSET.load())
+}
+
+/// The pid of the thread of a process that execs while `de_thread` ends its other threads
+/// (`signal->group_exec_task`), if one does.
+#[inline(always)]
+pub fn exec_thread_pid(signal: u64) -> Option<u32> {
+    let offset = SIGNAL_GROUP_EXEC_TASK_OFFSET.load();
+    if offset == 0 {
+        return None;
+    }
+    let thread = read_at::<u64>(signal as *const u8, offset).filter(|&thread| thread != 0)?;
+    read_at::<u32>(thread as *const u8, TASK_PID_OFFSET.load())
+}
+
 /// `task->flags`.
 #[inline(always)]
 pub fn task_flags(task: Task) -> u32 {
@@ -96,10 +115,17 @@ pub fn task_pid_tgid(task: Task) -> (u32, u32) {
     (task_field(task, TASK_PID_OFFSET.load()), task_field(task, TASK_TGID_OFFSET.load()))
 }
 
-/// `task->group_leader`: trusted like `task` itself.
+/// `task->group_leader`: trusted (or RCU-protected) like `task` itself.
 #[inline(always)]
 pub fn group_leader(task: Task) -> Task {
     task_field(task, TASK_GROUP_LEADER_OFFSET.load())
+}
+
+/// `task->real_parent`: the task that created it (or that it was reparented to), trusted as
+/// far as the verifier lets a walked pointer be (under RCU, as tracing programs run).
+#[inline(always)]
+pub fn real_parent(task: Task) -> Task {
+    task_field(task, TASK_REAL_PARENT_OFFSET.load())
 }
 
 /// `current->nsproxy->ipc_ns`: the IPC namespace the current task belongs to (0 if unknown).

@@ -14,6 +14,7 @@
 mod deferred;
 mod exit_path;
 mod exit_state;
+mod follow;
 mod helpers;
 mod maps;
 mod sampler;

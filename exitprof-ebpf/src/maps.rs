@@ -4,15 +4,29 @@
 use aya_ebpf::{
     Global,
     macros::{btf_map, map},
-    maps::{Array, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
-use exitprof_common::{counters, sizes::COMM_LEN, task::TaskState};
+use exitprof_common::{counters, sizes::COMM_LEN, task::TaskMark};
 
-use crate::task_storage::TaskStorage;
+use crate::{exit_state::ExitSlot, task_storage::TaskStorage};
 
-/// Every task's state: how it is followed and, while it exits, its exit record.
+/// The marks of the tasks userspace follows (see `crate::follow`).
 #[btf_map]
-pub static TASKS: TaskStorage<TaskState> = TaskStorage::new();
+pub static TASKS: TaskStorage<TaskMark> = TaskStorage::new();
+
+/// The state of every exit in progress, one slot each (`crate::exit_state`): nothing is
+/// allocated, hashed or locked in the exit path. Sized by userspace at load, a power of two.
+#[map]
+pub static EXIT_SLOTS: Array<ExitSlot> = Array::with_max_entries(4096, 0);
+
+/// `EXIT_SLOTS`' size less one: the mask that turns a pid into a slot index.
+#[unsafe(no_mangle)]
+pub static EXIT_SLOT_MASK: Global<u32> = Global::new(4095);
+
+/// Tasks whose exits were recorded (one in `FREES_SAMPLED`) and which are not freed yet:
+/// task -> pid, for the report of the free (`sched_process_free`). Sized by userspace at load.
+#[map]
+pub static FREES_AWAITED: HashMap<u64, u32> = HashMap::with_max_entries(4096, 0);
 
 /// Finished exit records, to userspace. Resized by userspace at load time.
 #[map]
@@ -105,6 +119,10 @@ pub static TASK_FLAGS_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static TASK_GROUP_LEADER_OFFSET: Global<u32> = Global::new(0);
 
+/// `offsetof(struct task_struct, real_parent)`.
+#[unsafe(no_mangle)]
+pub static TASK_REAL_PARENT_OFFSET: Global<u32> = Global::new(0);
+
 /// `offsetof(struct task_struct, signal)`.
 #[unsafe(no_mangle)]
 pub static TASK_SIGNAL_OFFSET: Global<u32> = Global::new(0);
@@ -112,6 +130,11 @@ pub static TASK_SIGNAL_OFFSET: Global<u32> = Global::new(0);
 /// `offsetof(struct signal_struct, live)`.
 #[unsafe(no_mangle)]
 pub static SIGNAL_LIVE_OFFSET: Global<u32> = Global::new(0);
+
+/// `offsetof(struct signal_struct, group_exec_task)` (v5.16+; 0: the kernel has none): the
+/// thread that execs while `de_thread` ends the others.
+#[unsafe(no_mangle)]
+pub static SIGNAL_GROUP_EXEC_TASK_OFFSET: Global<u32> = Global::new(0);
 
 /// `offsetof(struct task_struct, comm)`.
 #[unsafe(no_mangle)]

@@ -9,22 +9,20 @@ use aya_ebpf::{
 use exitprof_common::{
     counters,
     sample::{SAMPLE_STACK_DEPTH, Sample},
-    task::PHASE_EXITING,
 };
 
 use crate::{
+    exit_state::exit_state,
     helpers::now_ns,
-    maps::{SAMPLES, TASKS, count},
+    maps::{SAMPLES, count},
     task_storage::current_task,
 };
 
 /// A tick of the sampling clock on a CPU.
 #[perf_event]
 pub fn sample_cpu(ctx: PerfEventContext) -> u32 {
-    let Some(state) = TASKS.get(current_task()) else { return 0 };
-    // SAFETY: the current task's own storage.
-    let state = unsafe { &*state };
-    if state.phase != PHASE_EXITING || state.record.n_hits == 0 {
+    let Some(state) = exit_state(current_task()) else { return 0 };
+    if state.record.n_hits == 0 {
         return 0;
     }
     let Some(mut entry) = SAMPLES.reserve::<Sample>(0) else {

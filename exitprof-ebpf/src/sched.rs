@@ -1,5 +1,4 @@
-//! Scheduler probes: the end of an exit, off-CPU time inside it, where it blocked, and which
-//! tasks to follow.
+//! Scheduler probes: the end of an exit, off-CPU time inside it, and where it blocked.
 
 use aya_ebpf::{
     EbpfContext as _, helpers::generated::bpf_get_stack, macros::btf_tracepoint, maps::PerCpuArray,
@@ -8,14 +7,13 @@ use aya_ebpf::{
 use exitprof_common::{
     counters,
     record::{BLOCK_STACK_DEPTH, FLAG_OFF_RUNNABLE},
-    task::{EXCLUDED, FOLLOW_NONE, FOLLOWED, PHASE_EXITING, TaskState},
 };
 
 use crate::{
-    exit_state::{finish_exit, inherited_follow},
+    exit_state::{ExitState, exit_slot, exit_state, finish_exit},
     helpers::{is_exiting, now_ns},
-    maps::{BLOCK_WALKS_PER_SEC, TASKS, count},
-    task_storage::{Task, current_task},
+    maps::{BLOCK_WALKS_PER_SEC, count},
+    task_storage::Task,
 };
 
 /// `TASK_DEAD` in `task_struct::__state` (include/linux/sched.h, unchanged since v4.14).
@@ -67,16 +65,12 @@ pub fn sched_switch_floor(_ctx: BtfTracePointContext) -> i32 {
 /// code), which say where it waits.
 #[inline(always)]
 fn switch_out(ctx: &BtfTracePointContext, prev: Task, preempt: bool, prev_state: u32, now: u64) {
-    let Some(state) = TASKS.get(prev) else { return };
-    // SAFETY: the storage of the task being switched out on this CPU.
-    let state = unsafe { &mut *state };
-    if state.phase != PHASE_EXITING {
-        return;
-    }
+    let Some(slot) = exit_slot(prev) else { return };
     if prev_state & TASK_DEAD != 0 {
-        finish_exit(prev, state, now);
+        finish_exit(prev, slot, now);
         return;
     }
+    let state = &mut slot.state;
     state.record.off_since_ns = now;
     state.pending_stack_len = 0;
     // Preempted (even after setting a sleeping state, as the kernel's `preempt` says), it waits
@@ -107,10 +101,8 @@ fn switch_out(ctx: &BtfTracePointContext, prev: Task, preempt: bool, prev_state:
 /// The exiting task `next` comes back to a CPU.
 #[inline(always)]
 fn switch_in(next: Task, now: u64) {
-    let Some(state) = TASKS.get(next) else { return };
-    // SAFETY: the storage of the task being switched in on this CPU; it is not running anywhere.
-    let state = unsafe { &mut *state };
-    if state.phase == PHASE_EXITING && state.record.off_since_ns != 0 {
+    let Some(state) = exit_state(next) else { return };
+    if state.record.off_since_ns != 0 {
         back_on_cpu(state, now);
     }
 }
@@ -118,7 +110,7 @@ fn switch_in(next: Task, now: u64) {
 /// Closes the off-CPU interval of a followed exit that is back on a CPU at `now`. A block that
 /// is the exit's longest so far keeps the stack taken when it began.
 #[inline(always)]
-pub fn back_on_cpu(state: &mut TaskState, now: u64) {
+pub fn back_on_cpu(state: &mut ExitState, now: u64) {
     let record = &mut state.record;
     let off = now - record.off_since_ns;
     record.off_cpu_ns += off;
@@ -177,29 +169,4 @@ fn take_walk(now: u64) -> bool {
     }
     budget.milli_walks -= 1000;
     true
-}
-
-/// `task_newtask(struct task_struct *task, u64 clone_flags)`, in the parent's context: a task
-/// created by a followed one is followed too, thread or process (exitprof's own stay excluded);
-/// its storage is made now, so that its exit finds it ready.
-#[btf_tracepoint]
-pub fn task_newtask(ctx: BtfTracePointContext) -> i32 {
-    let parent = current_task();
-    let follow = match TASKS.get(parent) {
-        // SAFETY: the current task's own storage.
-        Some(state) => unsafe { (*state).follow },
-        None => inherited_follow(parent),
-    };
-    if follow == FOLLOW_NONE {
-        return 0;
-    }
-    let child: Task = ctx.arg(0);
-    match TASKS.get_or_create(child) {
-        // SAFETY: the new task's storage, made just now; the task has not run yet.
-        Some(state) => unsafe {
-            (*state).follow = if follow == EXCLUDED { EXCLUDED } else { FOLLOWED };
-        },
-        None => count(counters::FOLLOW_FAILED),
-    }
-    0
 }

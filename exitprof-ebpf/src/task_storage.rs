@@ -8,8 +8,9 @@ use aya_ebpf::{
     helpers::generated::{bpf_get_current_task_btf, bpf_task_storage_get},
 };
 
-/// A task pointer the verifier trusts (`PTR_TO_BTF_ID` of `struct task_struct`): the current
-/// task, or a `task_struct *` argument of a BTF tracepoint or fentry program.
+/// A task pointer the verifier accepts (`PTR_TO_BTF_ID` of `struct task_struct`): the current
+/// task, a `task_struct *` argument of a BTF tracepoint or fentry program, or a task reached
+/// from one through its `group_leader` and `real_parent` fields.
 pub type Task = *mut aya_ebpf::bindings::task_struct;
 
 /// The current task, as a pointer the storage helpers accept.
@@ -47,8 +48,8 @@ impl<T> TaskStorage<T> {
 
     #[inline(always)]
     fn storage(&self, task: Task, flags: u64) -> Option<*mut T> {
-        // SAFETY: `task` is a trusted task pointer (the verifier refuses any other), the map is
-        // this definition's, and no initial value is passed (a new value is zeroed).
+        // SAFETY: `task` is a task pointer the verifier accepts (it refuses any other), the map
+        // is this definition's, and no initial value is passed (a new value is zeroed).
         let value = unsafe {
             bpf_task_storage_get(
                 core::ptr::from_ref(self).cast_mut().cast(),

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use exitprof_common::deferred::{DeferredKind, DeferredRecord};
+use exitprof_common::deferred::{DeferredKind, DeferredRecord, is_free_sampled};
 use serde::Serialize;
 
 use crate::analysis::{
@@ -62,7 +62,8 @@ pub struct DeferredWork {
     reaps_by_ns_pid: bool,
     awaiting_reap: HashMap<u32, (u64, u64)>,
     early_reaps: HashMap<u32, (u64, u64)>,
-    /// Exits waiting for their task to be freed (start, end), and frees waiting for their exit.
+    /// Exits waiting for their task to be freed (start, end), and frees waiting for their exit:
+    /// the exits whose pids pass `is_free_sampled`.
     awaiting_free: HashMap<u32, (u64, u64)>,
     early_frees: HashMap<u32, u64>,
     /// The latest time any record carried, and when the waiting sides were last pruned.
@@ -140,6 +141,10 @@ impl DeferredWork {
                     self.awaiting_reap.insert(pid, (start, end));
                 }
             }
+        }
+        // The kernel side reports the frees of a sample of the exits' tasks.
+        if !is_free_sampled(exit.pid) {
+            return;
         }
         match self.early_frees.remove(&exit.pid) {
             Some(freed) if freed >= start => {
@@ -395,9 +400,10 @@ mod tests {
     fn deferred_work_can_arrive_before_its_exit() {
         let mut d = DeferredWork::new(true, true, false);
         d.record(&record(DeferredKind::IpcNsFreed, 500, 600, 0xC));
-        d.record(&record(DeferredKind::Reap, 450, 470, 12));
-        d.record(&record(DeferredKind::TaskFreed, 900, 900, 12));
-        d.exit(&exit(12, 12, 0xC, 100, 400));
+        // Pid 16: its task's free is one of those the kernel side reports.
+        d.record(&record(DeferredKind::Reap, 450, 470, 16));
+        d.record(&record(DeferredKind::TaskFreed, 900, 900, 16));
+        d.exit(&exit(16, 16, 0xC, 100, 400));
         let r = d.report();
         assert_eq!((r.ipc.namespaces_freed, r.ipc.namespaces_joined), (1, 1));
         assert_eq!(r.ipc.exit_to_free_ns.max_ns, 200);

@@ -122,7 +122,7 @@ const RUN_METRICS: [RunMetric; 6] = [
 pub const LOSSES: &str = "exitprof_losses_total";
 pub const LOSSES_HELP: &str = "Records lost, by cause: exits (ringbuf_full, state_map_full, \
      stale_records, undecodable, unfinished), probe hits (hits, probe_misses), followed tasks \
-     (tracked_map_full), deferred work (deferred_ringbuf_full, deferred_state_full), on-CPU \
+     (follow_unknown), deferred work (deferred_ringbuf_full, deferred_state_full), on-CPU \
      samples (samples_lost).";
 
 /// The finite bucket bounds, in ns.

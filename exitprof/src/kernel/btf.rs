@@ -112,9 +112,12 @@ pub struct KernelLayout {
     pub task_nsproxy: u32,
     pub task_flags: u32,
     pub task_group_leader: u32,
+    pub task_real_parent: u32,
     pub task_signal: u32,
     pub nsproxy_ipc_ns: u32,
     pub signal_live: u32,
+    /// `signal_struct.group_exec_task` (v5.16+; 0 where the kernel has none).
+    pub signal_group_exec_task: u32,
     pub work_func: u32,
     /// `sched_process_exit(p, group_dead)` since v6.16; `(p)` before.
     pub exit_tp_group_dead: bool,
@@ -130,9 +133,13 @@ impl KernelLayout {
             task_nsproxy: task("nsproxy")?,
             task_flags: task("flags")?,
             task_group_leader: task("group_leader")?,
+            task_real_parent: task("real_parent")?,
             task_signal: task("signal")?,
             nsproxy_ipc_ns: btf.field_offset("nsproxy", "ipc_ns")?,
             signal_live: btf.field_offset("signal_struct", "live")?,
+            signal_group_exec_task: btf
+                .field_offset("signal_struct", "group_exec_task")
+                .unwrap_or(0),
             work_func: btf.field_offset("work_struct", "func")?,
             exit_tp_group_dead: btf.tracepoint_arg_count("sched_process_exit") >= 2,
         })

@@ -68,6 +68,8 @@ pub struct LoadOptions {
     pub target_comm: [u8; COMM_LEN],
     /// Size of the exit-record ring buffer.
     pub ringbuf_bytes: u32,
+    /// Slots for exits in progress, preallocated in the kernel: a power of two.
+    pub exit_slots: u32,
     /// Instances per kretprobe: how many tasks can be inside one probed function at once.
     pub kretprobe_maxactive: u32,
     /// Take the kernel stack where an exiting task blocks (within a budget of walks).
@@ -128,7 +130,8 @@ impl Probes {
     }
 }
 
-/// Loads the object and attaches the plan's programs plus fork tracking.
+/// Loads the object and attaches the plan's programs, and the one that follows a process
+/// through an exec that takes it over.
 pub fn load_and_attach(
     plan: &Plan,
     facts: &KernelFacts,
@@ -136,6 +139,11 @@ pub fn load_and_attach(
 ) -> anyhow::Result<Probes> {
     ensure_object_embedded()?;
     ensure_task_storage()?;
+    // Exit states are removed there: without it they would fill their map.
+    anyhow::ensure!(
+        plan.sees_task_frees(),
+        "exitprof needs the sched_process_free tracepoint (BTF), which ends each exit's state"
+    );
     let layout = facts
         .layout
         .as_ref()
@@ -159,8 +167,14 @@ pub fn load_and_attach(
         .override_global(globals::EXIT_TP_GROUP_DEAD, &exit_tp_group_dead, true)
         .override_global(globals::TASK_FLAGS_OFFSET, &layout.task_flags, true)
         .override_global(globals::TASK_GROUP_LEADER_OFFSET, &layout.task_group_leader, true)
+        .override_global(globals::TASK_REAL_PARENT_OFFSET, &layout.task_real_parent, true)
         .override_global(globals::TASK_SIGNAL_OFFSET, &layout.task_signal, true)
         .override_global(globals::SIGNAL_LIVE_OFFSET, &layout.signal_live, true)
+        .override_global(
+            globals::SIGNAL_GROUP_EXEC_TASK_OFFSET,
+            &layout.signal_group_exec_task,
+            true,
+        )
         .override_global(globals::WAKEUP_BYTES, &(u64::from(options.ringbuf_bytes) / 4), true)
         .override_global(globals::TARGET_COMM, &options.target_comm, true)
         .override_global(globals::TASK_PID_OFFSET, &layout.task_pid, true)
@@ -171,6 +185,9 @@ pub fn load_and_attach(
         .override_global(globals::WORK_FUNC_OFFSET, &layout.work_func, true)
         .override_global(globals::FREE_IPC_ADDR, &free_ipc, true)
         .map_max_entries(maps::EXITS, options.ringbuf_bytes)
+        .override_global(globals::EXIT_SLOT_MASK, &(options.exit_slots - 1), true)
+        .map_max_entries(maps::EXIT_SLOTS, options.exit_slots)
+        .map_max_entries(maps::FREES_AWAITED, options.exit_slots)
         .load(OBJECT)
         .context("loading exitprof's eBPF object")?;
     kprobe_events::remove_stale(tracefs);
@@ -187,8 +204,13 @@ pub fn load_and_attach(
         }
     }
     attacher
-        .attach(programs::TASK_NEWTASK, How::BtfTracepoint, programs::TASK_NEWTASK, false)
-        .context("attaching tp_btf task_newtask (follows the tasks followed ones create)")?;
+        .attach(
+            programs::SCHED_PROCESS_EXEC,
+            How::BtfTracepoint,
+            programs::SCHED_PROCESS_EXEC,
+            false,
+        )
+        .context("attaching tp_btf sched_process_exec (follows a process taken over by exec)")?;
     if options.sample_hz > 0 {
         attacher.attach_sampler(options.sample_hz).context(
             "attaching the sampling program to the cpu-clock of every CPU (--no-cpu-stacks \
@@ -319,7 +341,7 @@ mod tests {
     }
 
     /// Every name userspace looks up in the object — the programs the plan can ask for in any
-    /// attach mode, fork tracking's, every map and global of `exitprof_common::names` — is in
+    /// attach mode, exec takeover's, every map and global of `exitprof_common::names` — is in
     /// the object this binary embeds, so that a misspelt name fails here, not in a VM guest.
     #[test]
     fn the_object_defines_every_name_userspace_uses() {
@@ -329,8 +351,9 @@ mod tests {
              built), so the names cannot be checked: run `cargo xtask setup` and rebuild"
         );
         let mut object = Object::parse(OBJECT).expect("the embedded eBPF object parses");
-        let programs =
-            plan::every_program().into_iter().chain([("fork tracking", programs::TASK_NEWTASK)]);
+        let programs = plan::every_program()
+            .into_iter()
+            .chain([("exec takeover", programs::SCHED_PROCESS_EXEC)]);
         let mut missing: Vec<String> = programs
             .filter(|(_, program)| !object.programs.contains_key(*program))
             .map(|(point, program)| format!("program {program} (for {point})"))

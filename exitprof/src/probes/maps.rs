@@ -8,7 +8,7 @@ use aya::{
 };
 use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
 
-use exitprof_common::{counters, names, task::TaskState};
+use exitprof_common::{counters, names, task::TaskMark};
 use serde::Serialize;
 use tokio::io::unix::AsyncFd;
 
@@ -60,11 +60,11 @@ impl RecordStream {
 pub struct KernelLosses {
     /// Exit records dropped because the ring buffer was full.
     pub ringbuf_full: u64,
-    /// Exits not recorded because their task-local state could not be created (out of memory).
+    /// Exits not recorded because every preallocated exit state was in use.
     pub state_map_full: u64,
-    /// Tasks created by followed ones that could not be marked as followed (their task-local
-    /// state could not be created): their exits are not recorded.
-    pub tracked_map_full: u64,
+    /// Tasks whose following could not be decided (no mark within the generations of ancestors
+    /// looked through, or a mark not passed on at an exec): their exits are not recorded.
+    pub follow_unknown: u64,
     /// Deferred-work records dropped because their ring buffer was full.
     pub deferred_ringbuf_full: u64,
     /// Deferred work in progress that could not be noted (its map was full).
@@ -96,7 +96,7 @@ macro_rules! kernel_counters {
         $callback! {
             ringbuf_full => RINGBUF_FULL,
             state_map_full => STATE_FULL,
-            tracked_map_full => FOLLOW_FAILED,
+            follow_unknown => FOLLOW_UNKNOWN,
             deferred_ringbuf_full => DEFERRED_RINGBUF_FULL,
             deferred_state_full => DEFERRED_STATE_FULL,
             stale_records => STALE_RECORD,
@@ -161,14 +161,14 @@ impl<'a> Counters<'a> {
     }
 }
 
-/// Follows these processes (pids as exitprof sees them), and the tasks they create from then on:
+/// Follows these processes (pids as exitprof sees them), their threads and their descendants:
 /// `follow` is an `exitprof_common::task` value, written to each one's task-local storage
 /// through a pidfd, which names the process itself whatever PID namespace exitprof runs in.
 pub fn track(ebpf: &Ebpf, pids: &[u32], follow: u32) -> anyhow::Result<()> {
     let Some(Map::Unsupported(tasks)) = ebpf.map(names::maps::TASKS) else {
         anyhow::bail!("the eBPF object has no {} task-storage map", names::maps::TASKS);
     };
-    let state = TaskState::marked(follow);
+    let mark = TaskMark { follow };
     for &pid in pids {
         let pidfd = match PidFd::open(pid) {
             Ok(pidfd) => pidfd,
@@ -176,7 +176,7 @@ pub fn track(ebpf: &Ebpf, pids: &[u32], follow: u32) -> anyhow::Result<()> {
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => continue,
             Err(e) => return Err(e).with_context(|| format!("opening a pidfd for pid {pid}")),
         };
-        update_task_storage(tasks.fd().as_fd(), pidfd.as_fd(), &state)
+        update_task_storage(tasks.fd().as_fd(), pidfd.as_fd(), &mark)
             .with_context(|| format!("following pid {pid}"))?;
     }
     Ok(())
@@ -187,7 +187,7 @@ pub fn track(ebpf: &Ebpf, pids: &[u32], follow: u32) -> anyhow::Result<()> {
 fn update_task_storage(
     map: BorrowedFd<'_>,
     pidfd: BorrowedFd<'_>,
-    value: &TaskState,
+    value: &TaskMark,
 ) -> std::io::Result<()> {
     /// The `BPF_MAP_*_ELEM` part of `union bpf_attr` (include/uapi/linux/bpf.h).
     #[repr(C)]

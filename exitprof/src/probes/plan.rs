@@ -316,12 +316,11 @@ const SITES: &[Site] = &[
         Hook::Syscall(programs::SYS_EXIT_WAIT4),
         REAP,
     ),
-    site(
-        SiteId::Deferred(DeferredSite::TaskFree),
-        Hook::BtfTracepoint(programs::SCHED_PROCESS_FREE),
-    ),
+    site(TASK_FREE, Hook::BtfTracepoint(programs::SCHED_PROCESS_FREE)),
 ];
 
+/// Where the kernel side ends each exit's state: planned in every point set.
+const TASK_FREE: SiteId = SiteId::Deferred(DeferredSite::TaskFree);
 const FREE_IPC_NS: SiteId = SiteId::Deferred(DeferredSite::FreeIpcNs);
 const SHM_EXIT_NS: SiteId = SiteId::Deferred(DeferredSite::ShmExitNs);
 const REAP: SiteId = SiteId::Deferred(DeferredSite::Reap);
@@ -486,8 +485,9 @@ impl Plan {
     }
 
     /// The plan with only the points of `set`: for [`PointSet::Minimal`], the start markers of
-    /// an exit (and the first exit-only point, where they do not cover every way into an exit)
-    /// and the final switch-out; the others are listed as left out.
+    /// an exit (and the first exit-only point, where they do not cover every way into an exit),
+    /// the final switch-out and the task's free (where its exit state ends); the others are
+    /// listed as left out.
     #[must_use]
     pub fn with_points(mut self, set: PointSet) -> Self {
         if set == PointSet::Full {
@@ -500,6 +500,7 @@ impl Plan {
         let kept = |site: SiteId| {
             is_start(site)
                 || site == SiteId::Marker(Marker::FinalSwitch)
+                || site == TASK_FREE
                 || (!every_start && site == SiteId::Marker(Marker::SchedProcessExit))
         };
         let (points, left_out): (Vec<Planned>, Vec<Planned>) =
@@ -522,6 +523,12 @@ impl Plan {
         };
         let planned = self.points.iter().find(|p| p.site == site)?;
         planned.programs().into_iter().find(|&(_, is_ret)| is_ret == ret).map(|(name, _)| name)
+    }
+
+    /// Whether tasks' frees are seen (`sched_process_free`): where the kernel side ends each
+    /// exit's state.
+    pub fn sees_task_frees(&self) -> bool {
+        self.points.iter().any(|p| p.site == TASK_FREE)
     }
 
     /// Whether every IPC namespace `free_ipc` frees is seen by name (`shm_exit_ns` probed).
@@ -806,12 +813,12 @@ ffffffff810000a0 T release_task
     }
 
     #[test]
-    fn the_minimal_point_set_keeps_the_start_and_the_final_switch() {
+    fn the_minimal_point_set_keeps_the_start_the_final_switch_and_the_free() {
         let full =
             Plan::resolve(&facts(KALLSYMS_6_12, true, false), AttachMode::Kprobe, WANTS).unwrap();
         let minimal = full.clone().with_points(PointSet::Minimal);
         let sites: Vec<SiteId> = minimal.points.iter().map(|p| p.site).collect();
-        assert_eq!(sites, [DO_EXIT, SiteId::Marker(Marker::FinalSwitch)]);
+        assert_eq!(sites, [DO_EXIT, SiteId::Marker(Marker::FinalSwitch), TASK_FREE]);
         assert_eq!(minimal.points.len() + minimal.unavailable.len(), {
             full.points.len() + full.unavailable.len()
         });

@@ -236,7 +236,7 @@ fn deferred_table(d: &DeferredReport) -> String {
         ("exit end → IPC namespace freed", &d.ipc.exit_to_free_ns),
         ("parent's release_task (reap)", &d.reap.release_task_ns),
         ("exit end → reaped by parent", &d.reap.exit_to_reap_ns),
-        ("exit end → task freed (RCU)", &d.task_free.exit_to_free_ns),
+        ("exit end → task freed (RCU), 1 exit in 16", &d.task_free.exit_to_free_ns),
     ];
     let mut table = TextTable::new(["deferred work", "count", "mean", "p50", "p90", "p99", "max"])
         .figures_right();

@@ -137,13 +137,13 @@ impl Losses {
     pub fn by_cause(&self) -> [(&'static str, &'static str, u64); 11] {
         [
             ("ringbuf_full", "ring buffer full", self.kernel.ringbuf_full),
-            ("state_map_full", "task state not created", self.kernel.state_map_full),
+            ("state_map_full", "exit states all in use", self.kernel.state_map_full),
             ("stale_records", "ends never seen", self.kernel.stale_records),
             ("undecodable", "undecodable", self.undecodable),
             ("unfinished", "unfinished", self.unfinished),
             ("hits", "probe hits over the per-exit limit", self.hits),
             ("probe_misses", "probe hits missed by the kernel", self.probe_misses),
-            ("tracked_map_full", "tasks not followed", self.kernel.tracked_map_full),
+            ("follow_unknown", "tasks not known to be followed", self.kernel.follow_unknown),
             (
                 "deferred_ringbuf_full",
                 "deferred-work records dropped",

@@ -2,7 +2,6 @@
 //! attached, and the target started or found.
 
 use std::{
-    collections::HashSet,
     future::Future,
     pin::Pin,
     sync::Arc,
@@ -218,6 +217,21 @@ fn ringbuf_bytes_for(prepared: &Prepared) -> u32 {
     u32::try_from(bytes.clamp(MIN, MAX)).expect("at most 4 MiB")
 }
 
+/// Slots for exits in progress, kept by the kernel for a target. An exit takes one of two
+/// slots its pid picks (the pid's low bits, or a mix of all its bits) and is lost, counted
+/// (`state_map_full`), when other exits in progress hold both. A thread storm's threads, whose
+/// pids run in turn, may all exit at once: twice as many slots leave room for the pids others
+/// took in between. Each slot is some 1.5 KB of kernel memory.
+fn exit_slots_for(prepared: &Prepared) -> u32 {
+    const DEFAULT: u32 = 4096;
+    match prepared {
+        Prepared::Workload(Workload::Storm(Storm::Threads(p))) => {
+            p.threads.saturating_mul(2).clamp(DEFAULT, 1 << 15).next_power_of_two()
+        }
+        _ => DEFAULT,
+    }
+}
+
 /// The load-time options for a run's target.
 pub fn load_options(prepared: &Prepared, request: &RunRequest) -> LoadOptions {
     LoadOptions {
@@ -227,6 +241,7 @@ pub fn load_options(prepared: &Prepared, request: &RunRequest) -> LoadOptions {
             _ => [0; COMM_LEN],
         },
         ringbuf_bytes: request.ringbuf_bytes.unwrap_or_else(|| ringbuf_bytes_for(prepared)),
+        exit_slots: exit_slots_for(prepared),
         kretprobe_maxactive: request.probes.kretprobe_maxactive,
         block_stacks: request.probes.block_stacks,
         sample_hz: request.probes.sample_hz,
@@ -314,22 +329,13 @@ pub enum Stop {
     Signal,
 }
 
-/// Tracks `pid` and every process below it. Repeats the walk until it finds nothing new: a
-/// process forked by one found late may have escaped the kernel-side fork tracking. Returns how
-/// many descendants were found.
+/// Follows `pid`, and with it every process below it (the kernel side finds an exit's marked
+/// ancestor). Returns how many descendants it has now.
 fn track_tree(ebpf: &aya::Ebpf, pid: u32) -> anyhow::Result<usize> {
     maps::track(ebpf, &[pid], task::FOLLOWED)?;
-    let mut followed = HashSet::from([pid]);
-    loop {
-        let found = watch::descendants(pid)
-            .with_context(|| format!("reading /proc for the descendants of {pid}"))?;
-        let new: Vec<u32> = found.into_iter().filter(|p| !followed.contains(p)).collect();
-        if new.is_empty() {
-            return Ok(followed.len() - 1);
-        }
-        maps::track(ebpf, &new, task::FOLLOWED)?;
-        followed.extend(new);
-    }
+    Ok(watch::descendants(pid)
+        .with_context(|| format!("reading /proc for the descendants of {pid}"))?
+        .len())
 }
 
 fn until(duration: Option<Duration>, or_else: &str) -> String {
