@@ -146,6 +146,86 @@ impl KernelLayout {
     }
 }
 
+/// A type aya's loader looks up by name in the kernel's BTF to load a program: the
+/// `btf_trace_<name>` typedef of a BTF tracepoint, or the function an fentry/fexit program
+/// attaches to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoaderType<'a> {
+    Tracepoint(&'a str),
+    Function(&'a str),
+}
+
+/// `BTF_KIND_*` (include/uapi/linux/btf.h).
+const KIND_PTR: u32 = 2;
+const KIND_TYPEDEF: u32 = 8;
+const KIND_FUNC: u32 = 12;
+
+impl KernelBtf {
+    /// A BTF blob for aya's loader: the `wanted` types at their ids in the running kernel's
+    /// BTF, and a placeholder (`void *`) at every other id below the highest. Loading a BTF
+    /// tracepoint or fentry program takes the id of its target in the kernel's BTF, which aya
+    /// finds by name in a BTF it has parsed whole; the kernel's whole BTF parsed that way was
+    /// some 35 MB of exitprof's peak memory and much of its start-up time. Types the kernel
+    /// does not have are left out, and their programs fail to load as they would have.
+    pub fn loader_skeleton(&self, wanted: &[LoaderType<'_>]) -> Vec<u8> {
+        let mut named: Vec<(u32, u32, String)> = wanted
+            .iter()
+            .filter_map(|&wanted| {
+                let (name, kind) = match wanted {
+                    LoaderType::Tracepoint(tp) => (format!("btf_trace_{tp}"), KIND_TYPEDEF),
+                    LoaderType::Function(function) => (function.to_owned(), KIND_FUNC),
+                };
+                let id = self.first_id(&name, kind)?;
+                Some((id, kind, name))
+            })
+            .collect();
+        named.sort_unstable();
+        named.dedup_by_key(|(id, ..)| *id);
+        let last = named.last().map_or(0, |&(id, ..)| id);
+        let mut types = Vec::with_capacity(last as usize * 12);
+        let mut strings = vec![0u8];
+        let mut named = named.into_iter().peekable();
+        for id in 1..=last {
+            let (name_off, kind) = match named.next_if(|&(wanted, ..)| wanted == id) {
+                Some((_, kind, name)) => {
+                    let offset = strings.len() as u32;
+                    strings.extend_from_slice(name.as_bytes());
+                    strings.push(0);
+                    // A global function (linkage 1 in `vlen`); a typedef of void.
+                    (offset, kind << 24 | u32::from(kind == KIND_FUNC))
+                }
+                None => (0, KIND_PTR << 24),
+            };
+            for word in [name_off, kind, 0] {
+                types.extend_from_slice(&word.to_ne_bytes());
+            }
+        }
+        let mut blob = Vec::with_capacity(24 + types.len() + strings.len());
+        blob.extend_from_slice(&0xEB9F_u16.to_ne_bytes());
+        blob.extend_from_slice(&[1, 0]);
+        for word in [24, 0, types.len() as u32, types.len() as u32, strings.len() as u32] {
+            blob.extend_from_slice(&word.to_ne_bytes());
+        }
+        blob.extend_from_slice(&types);
+        blob.extend_from_slice(&strings);
+        blob
+    }
+
+    /// The first id of a type named `name` of BTF kind `kind` (as aya's lookup finds it).
+    fn first_id(&self, name: &str, kind: u32) -> Option<u32> {
+        let ids = self.0.resolve_ids_by_name(name).ok()?;
+        ids.into_iter().filter(|&id| self.kind_is(id, kind)).min()
+    }
+
+    fn kind_is(&self, id: u32, kind: u32) -> bool {
+        match self.0.resolve_type_by_id(id) {
+            Ok(Type::Typedef(_)) => kind == KIND_TYPEDEF,
+            Ok(Type::Func(_)) => kind == KIND_FUNC,
+            _ => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,5 +249,31 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    /// The loader's skeleton holds each wanted type at the id the kernel's BTF gives it, as aya
+    /// finds it by name, and nothing else by name.
+    #[test]
+    fn the_loader_skeleton_keeps_the_kernels_ids() {
+        use aya::{Btf as AyaBtf, Endianness};
+        use aya_obj::btf::BtfKind;
+
+        let btf = KernelBtf::load().expect("this machine has kernel BTF");
+        let wanted = [
+            LoaderType::Tracepoint("sched_switch"),
+            LoaderType::Function("do_exit"),
+            LoaderType::Tracepoint("no_such_tracepoint"),
+        ];
+        let skeleton = AyaBtf::parse(&btf.loader_skeleton(&wanted), Endianness::default())
+            .expect("aya parses the skeleton");
+        let id = |name: &str, kind| skeleton.id_by_type_name_kind(name, kind).ok();
+        assert_eq!(
+            id("btf_trace_sched_switch", BtfKind::Typedef),
+            btf.first_id("btf_trace_sched_switch", KIND_TYPEDEF)
+        );
+        assert_eq!(id("do_exit", BtfKind::Func), btf.first_id("do_exit", KIND_FUNC));
+        assert!(id("do_exit", BtfKind::Func).is_some());
+        assert_eq!(id("btf_trace_no_such_tracepoint", BtfKind::Typedef), None);
+        assert_eq!(id("task_struct", BtfKind::Struct), None);
     }
 }

@@ -8,7 +8,7 @@ use std::{
 };
 
 use super::{
-    btf::{KernelBtf, KernelLayout},
+    btf::{KernelBtf, KernelLayout, LoaderType},
     kallsyms::Kallsyms,
     version::KernelVersion,
 };
@@ -28,6 +28,9 @@ pub struct KernelFacts {
     pub fentry: Result<(), String>,
     /// For planning only: dropped once the plan is made ([`KernelFacts::planned`]).
     pub btf: Option<KernelBtf>,
+    /// What aya's loader needs of the kernel's BTF for the plan's programs
+    /// ([`KernelBtf::loader_skeleton`]); empty before the plan is made, or without BTF.
+    pub loader_btf: Vec<u8>,
     /// What the programs need of the kernel's types; `Err(why)` without BTF.
     pub layout: Result<KernelLayout, String>,
     /// Shared with the loaded probes, which name kernel stacks with it.
@@ -80,6 +83,7 @@ impl KernelFacts {
             kprobes,
             fentry,
             btf,
+            loader_btf: Vec::new(),
             layout,
             kallsyms,
             ftrace_functions,
@@ -89,10 +93,12 @@ impl KernelFacts {
 }
 
 impl KernelFacts {
-    /// Forgets what only planning needs once the plan is made: the loader parses the kernel's
-    /// BTF its own way, and both parses at once were a fifth of exitprof's peak memory.
-    pub fn planned(&mut self) {
-        self.btf = None;
+    /// Forgets what only planning needs once the plan is made, keeping of the kernel's BTF what
+    /// the loader needs for the types `wanted`.
+    pub fn planned(&mut self, wanted: &[LoaderType<'_>]) {
+        if let Some(btf) = self.btf.take() {
+            self.loader_btf = btf.loader_skeleton(wanted);
+        }
         self.ftrace_functions = None;
         self.kprobe_blacklist = HashSet::new();
     }

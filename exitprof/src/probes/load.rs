@@ -4,7 +4,7 @@ use std::{os::fd::AsFd as _, path::Path, time::Instant};
 
 use anyhow::{Context as _, bail};
 use aya::{
-    Btf, Ebpf, EbpfLoader,
+    Btf, Ebpf, EbpfLoader, Endianness,
     programs::{
         BtfTracePoint, FEntry, FExit, KProbe, PerfEvent, Program, TracePoint,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
@@ -17,7 +17,7 @@ use exitprof_common::{
 };
 
 use crate::{
-    kernel::KernelFacts,
+    kernel::{KernelFacts, btf::LoaderType},
     probes::{
         kprobe_events,
         kprobe_events::KprobeEvent,
@@ -130,6 +130,21 @@ impl Probes {
     }
 }
 
+/// The kernel types the loader looks up to load `plan`'s programs, and the one that follows a
+/// process through an exec that takes it over: what [`KernelFacts::planned`] keeps of the
+/// kernel's BTF.
+pub fn loader_types(plan: &Plan) -> Vec<LoaderType<'_>> {
+    plan.points
+        .iter()
+        .filter_map(|p| match p.how {
+            How::BtfTracepoint => Some(LoaderType::Tracepoint(&p.target)),
+            How::Fentry => Some(LoaderType::Function(&p.target)),
+            How::Kprobe | How::Tracepoint => None,
+        })
+        .chain([LoaderType::Tracepoint(programs::SCHED_PROCESS_EXEC)])
+        .collect()
+}
+
 /// Loads the object and attaches the plan's programs, and the one that follows a process
 /// through an exec that takes it over.
 pub fn load_and_attach(
@@ -150,7 +165,8 @@ pub fn load_and_attach(
         .map_err(|why| anyhow::anyhow!("exitprof needs the kernel's BTF: {why}"))?;
     let tracefs = facts.tracefs.as_path();
     let started = Instant::now();
-    let btf = Btf::from_sys_fs().context("reading kernel BTF for the eBPF loader")?;
+    let btf = Btf::parse(&facts.loader_btf, Endianness::default())
+        .context("parsing the kernel's BTF types the eBPF loader needs")?;
     let free_ipc = facts.kallsyms.address("free_ipc").unwrap_or(0);
     let (pidns_dev, pidns_ino) = pid_namespace()?;
     let exit_tp_group_dead = u32::from(layout.exit_tp_group_dead);
@@ -185,6 +201,8 @@ pub fn load_and_attach(
         .override_global(globals::WORK_FUNC_OFFSET, &layout.work_func, true)
         .override_global(globals::FREE_IPC_ADDR, &free_ipc, true)
         .map_max_entries(maps::EXITS, options.ringbuf_bytes)
+        .map_max_entries(maps::DEFERRED, DEFERRED_RINGBUF_BYTES)
+        .map_max_entries(maps::SAMPLES, samples_ringbuf_bytes()?)
         .override_global(globals::EXIT_SLOT_MASK, &(options.exit_slots - 1), true)
         .map_max_entries(maps::EXIT_SLOTS, options.exit_slots)
         .map_max_entries(maps::FREES_AWAITED, options.exit_slots)
@@ -223,6 +241,18 @@ pub fn load_and_attach(
         started.elapsed().as_millis()
     );
     Ok(probes)
+}
+
+/// The deferred-work ring buffer: records of 48 bytes, a few per exit at most (reaps, one free
+/// in 16, IPC namespace frees), read every 20 ms: some 5,000 fit. Every mapped byte of a ring
+/// buffer is resident in exitprof, twice (its pages are mapped twice, for records that wrap).
+const DEFERRED_RINGBUF_BYTES: u32 = 256 << 10;
+
+/// The on-CPU sample ring buffer: 64 KiB per CPU (some 200 samples of ~300 bytes, 200 ms of a
+/// CPU at the highest --sample-hz), at least 256 KiB, a power of two.
+fn samples_ringbuf_bytes() -> anyhow::Result<u32> {
+    let cpus = u32::try_from(online_cpus()?.len()).unwrap_or(u32::MAX);
+    Ok(cpus.saturating_mul(64 << 10).clamp(256 << 10, 16 << 20).next_power_of_two())
 }
 
 /// Kernel stacks walked per second and CPU, at most, where exits block. A walk costs a few

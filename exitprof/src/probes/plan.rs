@@ -696,6 +696,7 @@ mod tests {
             kprobes: if kprobes { Ok(()) } else { no("kprobes") },
             fentry: if fentry { Ok(()) } else { no("fentry") },
             btf: Some(KernelBtf::load().expect("this machine has kernel BTF")),
+            loader_btf: Vec::new(),
             layout: Err("not needed to plan".to_owned()),
             kallsyms: Kallsyms::parse(kallsyms.as_bytes()).unwrap().into(),
             ftrace_functions: None,

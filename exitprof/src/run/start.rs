@@ -67,7 +67,7 @@ pub fn plan(mode: AttachMode, wants: Wants) -> anyhow::Result<(KernelFacts, Plan
     let tracefs = tracefs::ensure_mounted()?;
     let mut facts = KernelFacts::calibrate(tracefs).context("calibrating kernel features")?;
     let plan = Plan::resolve(&facts, mode, wants)?;
-    facts.planned();
+    facts.planned(&load::loader_types(&plan));
     Ok((facts, plan))
 }
 
@@ -201,18 +201,20 @@ impl Attached {
 
 /// The exit ring buffer for a target: room for a storm's every exit, up to what the fastest
 /// storms measured here fill between two reads, 4 MiB (about 20,000 exits a second of records of
-/// up to 1 KiB, read every 20 ms and whenever a quarter is unread: several times over). Smaller
-/// is less memory for exitprof; a buffer too small for a storm shows as `ringbuf_full` losses.
+/// up to 1 KiB, read every 20 ms and whenever a quarter is unread: several times over); 1 MiB
+/// for targets of unknown size, which rarely exit that fast. Smaller is less memory for
+/// exitprof (the buffer is resident twice); a buffer too small shows as `ringbuf_full` losses.
 fn ringbuf_bytes_for(prepared: &Prepared) -> u32 {
     const MIN: u64 = 256 << 10;
     const MAX: u64 = 4 << 20;
+    const UNKNOWN: u64 = 1 << 20;
     /// A record of a kprobe-mode exit (about 30 hits) and some.
     const PER_EXIT: u64 = 1 << 10;
     let bytes = match prepared {
         Prepared::Workload(workload) => workload
             .expected_exits()
-            .map_or(MAX, |exits| exits.saturating_mul(PER_EXIT).next_power_of_two()),
-        _ => MAX,
+            .map_or(UNKNOWN, |exits| exits.saturating_mul(PER_EXIT).next_power_of_two()),
+        _ => UNKNOWN,
     };
     u32::try_from(bytes.clamp(MIN, MAX)).expect("at most 4 MiB")
 }
