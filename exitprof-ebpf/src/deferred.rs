@@ -17,12 +17,12 @@ use aya_ebpf::{
 };
 use exitprof_common::{
     counters,
-    deferred::{DeferredKind, DeferredRecord},
+    deferred::{DeferredKind, DeferredRecord, is_free_sampled},
 };
 
 use crate::{
     exit_state::{exit_slot, key},
-    helpers::{current_pid, now_ns, read_at},
+    helpers::{current_pid, now_ns, read_at, task_pid_tgid},
     maps::{
         DEFERRED, FREE_IPC_ADDR, FREES_AWAITED, TASK_PID_OFFSET, WORK_FUNC_OFFSET, count, stopped,
         wakeup_flag,
@@ -297,8 +297,14 @@ pub fn sys_exit_wait4(ctx: TracePointContext) -> u32 {
 pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
     let task: Task = ctx.arg(0);
     let key = key(task);
+    let (pid, tgid) = task_pid_tgid(task);
+    // Only a sample's frees are awaited, by the pid the exit had: a leader's pid changes if
+    // another thread execs, and was its tgid. Most tasks freed are not in the sample.
     // SAFETY: the value is copied out at once.
-    if let Some(&pid) = unsafe { FREES_AWAITED.get(key) } {
+    let awaited = (is_free_sampled(pid) || is_free_sampled(tgid))
+        .then(|| unsafe { FREES_AWAITED.get(key) }.copied())
+        .flatten();
+    if let Some(pid) = awaited {
         let now = now_ns();
         emit(DeferredKind::TaskFreed, now, now, u64::from(pid), 0);
         let _ = FREES_AWAITED.remove(key);

@@ -14,7 +14,7 @@ use exitprof_common::{
 };
 
 use crate::{
-    follow::{follow_of, is_target, note_exec_heir},
+    follow::{follow_of, is_target},
     helpers::{
         current_ipc_ns, current_ns_pid_tgid, current_pid_tgid, now_ns, read_at, task_pid_tgid,
     },
@@ -149,11 +149,7 @@ pub fn hit_current(point: u8, opens: Opens) {
         extend(state, point, opens, now);
         return;
     }
-    if opens == Opens::Never || stopped() {
-        return;
-    }
-    note_exec_heir(task);
-    if !is_target(follow_of(task)) {
+    if opens == Opens::Never || stopped() || !is_target(follow_of(task)) {
         return;
     }
     let Some(state) = claim_slot(task) else {

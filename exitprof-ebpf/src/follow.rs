@@ -31,10 +31,12 @@ const ANCESTRY_DEPTH: usize = 12;
 /// the nearest marked ancestor of that leader says. Marks are on leaders only (userspace marks
 /// processes through pidfds, which name leaders), so only leaders are looked at: the parent
 /// (`real_parent`, the thread that created the process) counts through its leader. An orphan
-/// that was reparented outside the marked tree is not followed any more.
+/// that was reparented outside the marked tree is not followed any more. Called as `task`'s exit
+/// opens.
 #[inline(always)]
 pub fn follow_of(task: Task) -> u32 {
     if let Some(mark) = mark(task) {
+        note_exec_heir(task, mark);
         return mark;
     }
     let mut leader = group_leader(task);
@@ -55,12 +57,10 @@ pub fn follow_of(task: Task) -> u32 {
 }
 
 /// A process whose leader exits because another of its threads execs lives on in that thread,
-/// which becomes its leader and no longer descends from the old one: a mark of the leader's own
-/// is noted for it, to be passed on as it finishes its exec ([`sched_process_exec`]). Called as
-/// an exit opens.
+/// which becomes its leader and no longer descends from the old one: the exiting leader's own
+/// mark is noted for it, to be passed on as it finishes its exec ([`sched_process_exec`]).
 #[inline(always)]
-pub fn note_exec_heir(task: Task) {
-    let Some(follow) = mark(task) else { return };
+fn note_exec_heir(task: Task, follow: u32) {
     let Some(signal) = signal_of(task) else { return };
     let Some(pid) = exec_thread_pid(signal) else { return };
     if HEIRS.insert(signal, Heir { pid, follow }, 0).is_err() {
