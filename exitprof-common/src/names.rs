@@ -22,6 +22,8 @@ pub mod maps {
         TASKS,
         /// The state of each exit in progress, an array sized at load time (a power of two).
         EXIT_SLOTS,
+        /// The owner of each of `EXIT_SLOTS`; sized as it.
+        EXIT_OWNERS,
         /// Tasks whose exits were recorded, until they are freed (one in
         /// `crate::deferred::FREES_SAMPLED`); sized as `EXIT_SLOTS`.
         FREES_AWAITED,

@@ -19,8 +19,8 @@ use crate::{
         current_ipc_ns, current_ns_pid_tgid, current_pid_tgid, now_ns, read_at, task_pid_tgid,
     },
     maps::{
-        EXIT_SLOT_MASK, EXIT_SLOTS, EXITS, FREES_AWAITED, SIGNAL_LIVE_OFFSET, TASK_SIGNAL_OFFSET,
-        count, stopped, wakeup_flag,
+        EXIT_OWNERS, EXIT_SLOT_MASK, EXIT_SLOTS, EXITS, FREES_AWAITED, SIGNAL_LIVE_OFFSET,
+        TASK_SIGNAL_OFFSET, count, stopped, wakeup_flag,
     },
     sched::back_on_cpu,
     task_storage::{Task, current_task},
@@ -55,19 +55,27 @@ pub struct ExitState {
     pub record: ExitRecord,
 }
 
-/// One slot of `EXIT_SLOTS`: an exit's state and the task whose exit it is.
-#[repr(C)]
-pub struct ExitSlot {
-    /// The task holding the slot ([`key`]), 0 while the slot is free.
-    owner: u64,
-    pub state: ExitState,
-}
+/// An exit's slot: its index in `EXIT_OWNERS` and `EXIT_SLOTS`. Owners are kept apart from the
+/// states, eight to a cache line, so that looking for a slot that is not there (a free, an
+/// exiting task that is not followed) reads little memory.
+#[derive(Clone, Copy)]
+pub struct Slot(u32);
 
-impl ExitSlot {
+impl Slot {
+    /// The exit's state.
+    #[inline(always)]
+    pub fn state(self) -> Option<&'static mut ExitState> {
+        // SAFETY: a slot is only written by the programs of the task that holds it (or of the
+        // CPU switching that task), one at a time.
+        EXIT_SLOTS.get_ptr_mut(self.0).map(|state| unsafe { &mut *state })
+    }
+
     /// Frees the slot: the exit it held has ended.
     #[inline(always)]
-    pub fn release(&mut self) {
-        self.owner = 0;
+    pub fn release(self) {
+        if let Some(owner) = owner(self.0) {
+            *owner = 0;
+        }
     }
 }
 
@@ -87,12 +95,11 @@ fn slot_indexes(pid: u32) -> [u32; 2] {
     [pid & mask, (pid.wrapping_mul(0x9E37_79B1) >> 12) & mask]
 }
 
+/// The owner of slot `index` (0: free).
 #[inline(always)]
-fn slot(index: u32) -> Option<&'static mut ExitSlot> {
-    // SAFETY: a slot is only written by the programs of the task that holds it (or of the CPU
-    // switching that task), one at a time; claiming a free one is the exception (see
-    // `claim_slot`).
-    EXIT_SLOTS.get_ptr_mut(index).map(|slot| unsafe { &mut *slot })
+fn owner(index: u32) -> Option<&'static mut u64> {
+    // SAFETY: as [`Slot::state`]; claiming a free slot is the exception (see `claim_slot`).
+    EXIT_OWNERS.get_ptr_mut(index).map(|owner| unsafe { &mut *owner })
 }
 
 /// The slot of `task`'s exit, if it is in progress. Array slots are found without a hash or a
@@ -103,26 +110,22 @@ fn slot(index: u32) -> Option<&'static mut ExitSlot> {
 /// slot was claimed by its own pid, which is the group's tgid. So the tgid's slots are looked
 /// at too.
 #[inline(always)]
-pub fn exit_slot(task: Task) -> Option<&'static mut ExitSlot> {
-    let owner = key(task);
+pub fn exit_slot(task: Task) -> Option<Slot> {
+    let key = key(task);
     let (pid, tgid) = task_pid_tgid(task);
-    owned_slot(pid, owner).or_else(|| if pid == tgid { None } else { owned_slot(tgid, owner) })
+    owned_slot(pid, key).or_else(|| if pid == tgid { None } else { owned_slot(tgid, key) })
 }
 
-/// The slot among those of `pid` that `owner` holds.
+/// The slot among those of `pid` that `key` owns.
 #[inline(always)]
-fn owned_slot(pid: u32, owner: u64) -> Option<&'static mut ExitSlot> {
-    let [first, second] = slot_indexes(pid);
-    match slot(first) {
-        Some(slot) if slot.owner == owner => Some(slot),
-        _ => slot(second).filter(|slot| slot.owner == owner),
-    }
+fn owned_slot(pid: u32, key: u64) -> Option<Slot> {
+    slot_indexes(pid).into_iter().find(|&index| owner(index).is_some_and(|o| *o == key)).map(Slot)
 }
 
 /// The state of `task`'s exit, if it is in progress.
 #[inline(always)]
 pub fn exit_state(task: Task) -> Option<&'static mut ExitState> {
-    exit_slot(task).map(|slot| &mut slot.state)
+    exit_slot(task)?.state()
 }
 
 /// Takes a free slot for the current task's exit; `None` when both of its slots are held by
@@ -131,13 +134,11 @@ pub fn exit_state(task: Task) -> Option<&'static mut ExitState> {
 /// ends, and userspace counts it unfinished, a loss.
 #[inline(always)]
 fn claim_slot(task: Task) -> Option<&'static mut ExitState> {
-    let [first, second] = slot_indexes(task_pid_tgid(task).0);
-    let slot = match slot(first) {
-        Some(slot) if slot.owner == 0 => slot,
-        _ => slot(second).filter(|slot| slot.owner == 0)?,
-    };
-    slot.owner = key(task);
-    Some(&mut slot.state)
+    let index = slot_indexes(task_pid_tgid(task).0)
+        .into_iter()
+        .find(|&index| owner(index).is_some_and(|o| *o == 0))?;
+    *owner(index)? = key(task);
+    Slot(index).state()
 }
 
 /// Records that the current task reached `point`.
@@ -253,8 +254,7 @@ fn classify_group_dead(task: Task, record: &mut ExitRecord) {
 /// Ends the exit of `task` at its final switch-out: sends its record and releases its slot.
 /// The free of one task in [`FREES_SAMPLED`] is awaited, to be reported.
 #[inline(always)]
-pub fn finish_exit(task: Task, slot: &mut ExitSlot, now: u64) {
-    let state = &mut slot.state;
+pub fn finish_exit(task: Task, slot: Slot, state: &mut ExitState, now: u64) {
     returned_unseen(state, now);
     let record = &mut state.record;
     push_hit(record, marker_code(Marker::FinalSwitch), now);

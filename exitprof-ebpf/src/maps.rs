@@ -8,7 +8,7 @@ use aya_ebpf::{
 };
 use exitprof_common::{counters, sizes::COMM_LEN, task::TaskMark};
 
-use crate::{exit_state::ExitSlot, task_storage::TaskStorage};
+use crate::{exit_state::ExitState, task_storage::TaskStorage};
 
 /// The marks of the tasks userspace follows (see `crate::follow`).
 #[btf_map]
@@ -17,7 +17,11 @@ pub static TASKS: TaskStorage<TaskMark> = TaskStorage::new();
 /// The state of every exit in progress, one slot each (`crate::exit_state`): nothing is
 /// allocated, hashed or locked in the exit path. Sized by userspace at load, a power of two.
 #[map]
-pub static EXIT_SLOTS: Array<ExitSlot> = Array::with_max_entries(4096, 0);
+pub static EXIT_SLOTS: Array<ExitState> = Array::with_max_entries(4096, 0);
+
+/// The owner of each slot of `EXIT_SLOTS` (a task's address; 0: free). Sized as `EXIT_SLOTS`.
+#[map]
+pub static EXIT_OWNERS: Array<u64> = Array::with_max_entries(4096, 0);
 
 /// `EXIT_SLOTS`' size less one: the mask that turns a pid into a slot index.
 #[unsafe(no_mangle)]

@@ -66,11 +66,11 @@ pub fn sched_switch_floor(_ctx: BtfTracePointContext) -> i32 {
 #[inline(always)]
 fn switch_out(ctx: &BtfTracePointContext, prev: Task, preempt: bool, prev_state: u32, now: u64) {
     let Some(slot) = exit_slot(prev) else { return };
+    let Some(state) = slot.state() else { return };
     if prev_state & TASK_DEAD != 0 {
-        finish_exit(prev, slot, now);
+        finish_exit(prev, slot, state, now);
         return;
     }
-    let state = &mut slot.state;
     state.record.off_since_ns = now;
     state.pending_stack_len = 0;
     // Preempted (even after setting a sleeping state, as the kernel's `preempt` says), it waits

@@ -205,6 +205,7 @@ pub fn load_and_attach(
         .map_max_entries(maps::SAMPLES, samples_ringbuf_bytes()?)
         .override_global(globals::EXIT_SLOT_MASK, &(options.exit_slots - 1), true)
         .map_max_entries(maps::EXIT_SLOTS, options.exit_slots)
+        .map_max_entries(maps::EXIT_OWNERS, options.exit_slots)
         .map_max_entries(maps::FREES_AWAITED, options.exit_slots)
         .load(OBJECT)
         .context("loading exitprof's eBPF object")?;
