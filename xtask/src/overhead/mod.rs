@@ -44,9 +44,10 @@ pub struct BenchArgs {
     /// Runs of each side (and rounds of profiled runs); every figure is their median.
     #[arg(long, default_value_t = 9, value_parser = clap::value_parser!(u32).range(1..))]
     pub runs: u32,
-    /// An earlier exitprof binary, profiled beside this one in the table of parts taken out.
+    /// An earlier exitprof binary, profiled beside this one in the table of parts taken out
+    /// (named by its directory); repeat it for several.
     #[arg(long, value_name = "EXITPROF")]
-    pub baseline: Option<PathBuf>,
+    pub baseline: Vec<PathBuf>,
 }
 
 pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
@@ -68,7 +69,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
         wakeups: wakeups::measure_wakeups(&exitprof, &root, &out_dir, args.runs)?,
         capacity: capacity::measure(&exitprof)?,
         side_by_side: side_by_side::measure_side_by_side(&exitprof, &root, &out_dir, args.runs)?,
-        parts: parts::measure(&exitprof, args.baseline.as_ref(), &storm, args.runs)?,
+        parts: parts::measure(&exitprof, &args.baseline, &storm, args.runs)?,
     };
     let report = BenchReport::new(args.runs, measured);
     print!("{}", report.render());

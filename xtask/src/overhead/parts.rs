@@ -1,10 +1,10 @@
 //! What each part of exitprof costs, measured by taking it out again: the same storm profiled
 //! with the defaults and with one part off, interleaved, and with the exitprof binary of
-//! `--baseline` (an earlier build) where one is given. Per variant: the storm's elapsed
+//! `--baseline` (earlier builds) where given. Per variant: the storm's elapsed
 //! overhead (`compare --toggle probes`, one run per side per round), the in-kernel cost per exit
 //! (`--bpf-stats`), on-CPU sampling's own share of it, and exitprof's peak RSS.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -61,9 +61,17 @@ pub const DEFAULTS: &str = "defaults";
 /// The row without on-CPU sampling.
 pub const NO_SAMPLING: &str = "--no-cpu-stacks";
 
+/// How a baseline build is named in the table: its directory's name (a commit, say), or the
+/// binary's own name.
+fn build_name(binary: &Path) -> String {
+    let dir = binary.parent().and_then(Path::file_name);
+    dir.or_else(|| binary.file_name())
+        .map_or_else(|| binary.display().to_string(), |name| name.to_string_lossy().into_owned())
+}
+
 pub fn measure(
     exitprof: &Exitprof,
-    baseline: Option<&PathBuf>,
+    baselines: &[PathBuf],
     storm: &Storm,
     rounds: u32,
 ) -> anyhow::Result<PartsReport> {
@@ -78,13 +86,11 @@ pub fn measure(
         current(&["--no-block-stacks"]),
         current(&["--ringbuf-bytes", OLD_RINGBUF_BYTES]),
     ];
-    if let Some(binary) = baseline {
-        variants.push(Variant {
-            name: format!("baseline {}", binary.display()),
-            exitprof: Exitprof { binary: binary.clone() },
-            args: Vec::new(),
-        });
-    }
+    variants.extend(baselines.iter().map(|binary| Variant {
+        name: format!("baseline {}", build_name(binary)),
+        exitprof: Exitprof { binary: binary.clone() },
+        args: Vec::new(),
+    }));
     eprintln!(
         "bench: each part taken out, {} ({rounds} rounds of {} variants, interleaved)",
         storm.name,
