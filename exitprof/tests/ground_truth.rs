@@ -169,10 +169,14 @@ fn a_thread_blocked_on_mmap_lock_is_named_with_its_block() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("hold");
-    // 768 MiB: mprotect holds mmap_lock for writing some 20 ms here, and under emulation long
-    // enough to outweigh some 30 probe hits of ~100 µs each (fentry on 6.12: 13 ms of hold
-    // came to 54 % of the exit with 384 MiB).
-    let doc = profile("lock_hold", &["768", out.to_str().unwrap()]);
+    // 3072 MiB (one 64 MiB file mapped again and again): mprotect holds mmap_lock for writing
+    // some 60 ms here, of which the thread's exit waits the last 50 (it begins 10 ms after the
+    // holder's timestamp). Under emulation the hold is long enough to outweigh some 30 probe
+    // hits of ~100 µs each, and the part of the exit before its block, which the remaining hold
+    // includes (up to 7 ms there), stays well within the 20 % below. Both threads share one
+    // CPU, so that the order of events is the scheduler's, not a race between two CPUs; the
+    // program fails when the exit did not begin inside the hold (see lock_hold.c).
+    let doc = profile("lock_hold", &["3072", out.to_str().unwrap()]);
     let remaining = measured(&out, "remaining_ns");
     let stage = assert_holds(&doc, "exit_mm");
     let (off, runq) = (num(&stage, "off_cpu_share"), num(&stage, "runq_share"));
@@ -262,7 +266,7 @@ fn the_flame_graph_exports_hold_where_exits_computed_and_blocked() {
     let dir = tempfile::tempdir().unwrap();
     let (folded, flame) = (dir.path().join("run.folded"), dir.path().join("run.flame.svg"));
     let script = format!(
-        "{} 128 1 && {} 256 {}",
+        "{} 128 1 && {} 2048 {}",
         c_program("mm_teardown").display(),
         c_program("lock_hold").display(),
         dir.path().join("hold").display()
