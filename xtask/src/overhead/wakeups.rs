@@ -18,6 +18,11 @@ use crate::measure::{compile_c, measure, median};
 /// The storm: the seed's program, 1000 threads x 10 reps at stagger 0.
 const STORM_ARGS: [&str; 3] = ["1000", "10", "0"];
 
+/// Room for every record of the storm while its reader is suspended, on both sides alike: a
+/// full ring buffer would drop records, and their cost with them (a target of unknown size
+/// gets 1 MiB, some 2,000 records).
+const RINGBUF_BYTES: &str = "16777216";
+
 #[derive(Debug, Serialize)]
 pub struct WakeupCost {
     pub storm: String,
@@ -50,7 +55,8 @@ pub fn measure_wakeups(
     let mut lost = 0;
     for round in 0..runs {
         for suspend in [round % 2 != 0, round % 2 == 0] {
-            let watching = exitprof.watch_comm(&comm, &["--bpf-stats"])?;
+            let watching =
+                exitprof.watch_comm(&comm, &["--bpf-stats", "--ringbuf-bytes", RINGBUF_BYTES])?;
             watching.suspend(suspend);
             let ran = measure(Command::new(&storm).args(STORM_ARGS));
             watching.suspend(false);
