@@ -4,7 +4,7 @@
 
 /// The ring buffer had no room for an exit record.
 pub const RINGBUF_FULL: u32 = 0;
-/// Every preallocated exit state was in use: the exit is not recorded.
+/// Both slots an exit could take were held by other exits in progress: the exit is not recorded.
 pub const STATE_FULL: u32 = 1;
 /// Whether a task is followed could not be decided: an exit's task had no mark within the
 /// generations of ancestors looked through, or a followed process's mark could not be passed on

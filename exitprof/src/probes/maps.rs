@@ -60,7 +60,7 @@ impl RecordStream {
 pub struct KernelLosses {
     /// Exit records dropped because the ring buffer was full.
     pub ringbuf_full: u64,
-    /// Exits not recorded because every preallocated exit state was in use.
+    /// Exits not recorded because both slots they could take were held by other exits.
     pub state_map_full: u64,
     /// Tasks whose following could not be decided (no mark within the generations of ancestors
     /// looked through, or a mark not passed on at an exec): their exits are not recorded.

@@ -137,7 +137,7 @@ impl Losses {
     pub fn by_cause(&self) -> [(&'static str, &'static str, u64); 11] {
         [
             ("ringbuf_full", "ring buffer full", self.kernel.ringbuf_full),
-            ("state_map_full", "exit states all in use", self.kernel.state_map_full),
+            ("state_map_full", "no free exit slot", self.kernel.state_map_full),
             ("stale_records", "ends never seen", self.kernel.stale_records),
             ("undecodable", "undecodable", self.undecodable),
             ("unfinished", "unfinished", self.unfinished),
