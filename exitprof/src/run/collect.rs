@@ -20,11 +20,6 @@ const READ_INTERVAL: Duration = Duration::from_millis(20);
 /// How long to wait, after the target ended, for its last exits to reach their final switch.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// How long to wait, after the target ended, for a queued `free_ipc` run to end: it waits for an
-/// RCU grace period first, which on a loaded machine (or under emulation, seen on 6.12: three of
-/// 64 namespaces freed after 2 s) takes seconds. Only a run actually queued is waited for.
-const IPC_SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// What collecting a target's records found.
 pub struct Collected {
     pub stop: Stop,
@@ -100,12 +95,10 @@ pub async fn collect_until(
         // the other way round, a record sent in between was never read, and never counted.)
         let in_progress = maps::in_progress(&probes.ebpf)?;
         streams.drain(session);
-        let exits_settled = in_progress == 0 && session.deferred.awaiting_task_free() == 0;
-        let ipc_settled = !session.deferred.awaiting_ipc_run();
-        let waited = settle_start.elapsed();
-        if (exits_settled || waited >= SETTLE_TIMEOUT)
-            && (ipc_settled || waited >= IPC_SETTLE_TIMEOUT)
-        {
+        let settled = in_progress == 0
+            && session.deferred.awaiting_task_free() == 0
+            && !session.deferred.awaiting_ipc_run();
+        if settled || settle_start.elapsed() >= SETTLE_TIMEOUT {
             break in_progress;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
