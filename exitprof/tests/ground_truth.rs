@@ -65,9 +65,20 @@ fn dominant_stage(doc: &Value) -> &Value {
         .unwrap_or_else(|| panic!("no stage recorded: {doc}"))
 }
 
-/// A summary of every stage, for failure messages.
+/// A summary of the exits recorded and of every stage, for failure messages.
 fn stages_table(doc: &Value) -> String {
-    doc["stages"]
+    let kinds: Vec<String> = doc["by_kind"]
+        .as_array()
+        .map(|kinds| kinds.iter().map(|k| format!("{} {}", k["exits"], k["kind"])).collect())
+        .unwrap_or_default();
+    let exits = format!(
+        "exits recorded {} ({}), lost {}: {}",
+        doc["exits_recorded"],
+        kinds.join(", "),
+        doc["lost"],
+        doc["losses"]
+    );
+    let stages = doc["stages"]
         .as_array()
         .unwrap()
         .iter()
@@ -82,8 +93,8 @@ fn stages_table(doc: &Value) -> String {
                 s["on_cpu_mostly_in"]
             )
         })
-        .collect::<Vec<_>>()
-        .join("\n")
+        .collect::<Vec<_>>();
+    std::iter::once(exits).chain(stages).collect::<Vec<_>>().join("\n")
 }
 
 fn names(list: &Value) -> Vec<&str> {
