@@ -154,10 +154,12 @@ pub fn load_and_attach(
 ) -> anyhow::Result<Probes> {
     ensure_object_embedded()?;
     ensure_task_storage()?;
-    // Exit states are removed there: without it they would fill their map.
+    // Slots of exits whose end was never seen are released there: without it they would stay
+    // held for good.
     anyhow::ensure!(
         plan.sees_task_frees(),
-        "exitprof needs the sched_process_free tracepoint (BTF), which ends each exit's state"
+        "exitprof needs the sched_process_free tracepoint (BTF), where it releases the slots of \
+         exits whose end it never saw"
     );
     let layout = facts
         .layout

@@ -319,7 +319,8 @@ const SITES: &[Site] = &[
     site(TASK_FREE, Hook::BtfTracepoint(programs::SCHED_PROCESS_FREE)),
 ];
 
-/// Where the kernel side ends each exit's state: planned in every point set.
+/// Where the kernel side releases the slot of an exit whose end was never seen, and reports the
+/// sampled frees: planned in every point set.
 const TASK_FREE: SiteId = SiteId::Deferred(DeferredSite::TaskFree);
 const FREE_IPC_NS: SiteId = SiteId::Deferred(DeferredSite::FreeIpcNs);
 const SHM_EXIT_NS: SiteId = SiteId::Deferred(DeferredSite::ShmExitNs);
@@ -486,7 +487,7 @@ impl Plan {
 
     /// The plan with only the points of `set`: for [`PointSet::Minimal`], the start markers of
     /// an exit (and the first exit-only point, where they do not cover every way into an exit),
-    /// the final switch-out and the task's free (where its exit state ends); the others are
+    /// the final switch-out and the task's free (where a slot left by an unseen end is released); the others are
     /// listed as left out.
     #[must_use]
     pub fn with_points(mut self, set: PointSet) -> Self {
@@ -525,8 +526,8 @@ impl Plan {
         planned.programs().into_iter().find(|&(_, is_ret)| is_ret == ret).map(|(name, _)| name)
     }
 
-    /// Whether tasks' frees are seen (`sched_process_free`): where the kernel side ends each
-    /// exit's state.
+    /// Whether tasks' frees are seen (`sched_process_free`): where the kernel side releases the
+    /// slots of exits whose end it never saw.
     pub fn sees_task_frees(&self) -> bool {
         self.points.iter().any(|p| p.site == TASK_FREE)
     }
