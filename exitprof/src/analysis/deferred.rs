@@ -54,8 +54,9 @@ pub struct DeferredWork {
     /// ended: the exit drops its namespace well before its final switch-out, and on a slow
     /// machine the free can come first.)
     exits_by_ns: HashMap<u64, Vec<(u64, u64)>>,
-    /// Namespaces freed before their exit's record arrived: address -> (run start, free time).
-    early_ns_frees: HashMap<u64, (u64, u64)>,
+    /// Namespaces freed before their exit's record arrived: address -> (run start, free time)
+    /// of each, oldest first (the address of a freed namespace is soon reused).
+    early_ns_frees: HashMap<u64, Vec<(u64, u64)>>,
     /// Leader exits waiting for their reap, and reaps waiting for their exit: pid -> times
     /// (an exit's start and end; a reap's start and end). Keyed by the pid as exitprof's PID
     /// namespace sees it where reaps come from `wait4`, else by the kernel's pid.
@@ -91,7 +92,10 @@ impl DeferredWork {
         self.early_reaps.retain(|_, &mut (_, reaped)| reaped >= horizon);
         self.awaiting_free.retain(|_, &mut (_, end)| end >= horizon);
         self.early_frees.retain(|_, &mut freed| freed >= horizon);
-        self.early_ns_frees.retain(|_, &mut (_, freed)| freed >= horizon);
+        self.early_ns_frees.retain(|_, frees| {
+            frees.retain(|&(_, freed)| freed >= horizon);
+            !frees.is_empty()
+        });
         self.exits_by_ns.retain(|_, exits| {
             exits.retain(|&(_, end)| end >= horizon);
             !exits.is_empty()
@@ -105,7 +109,7 @@ impl DeferredWork {
             + self.early_reaps.len()
             + self.awaiting_free.len()
             + self.early_frees.len()
-            + self.early_ns_frees.len()
+            + self.early_ns_frees.values().map(Vec::len).sum::<usize>()
             + self.exits_by_ns.values().map(Vec::len).sum::<usize>()
     }
 
@@ -115,12 +119,9 @@ impl DeferredWork {
         let start = exit.hits.first().map_or(end, |h| h.ts_ns);
         self.advance(end);
         if exit.ipc_ns != 0 {
-            match self.early_ns_frees.remove(&exit.ipc_ns) {
-                Some((run, freed)) if freed >= start => self.join_ns_free(run, end, freed),
-                early => {
-                    if let Some(early) = early {
-                        self.early_ns_frees.insert(exit.ipc_ns, early);
-                    }
+            match self.take_free_after(exit.ipc_ns, start) {
+                Some((run, freed)) => self.join_ns_free(run, end, freed),
+                None => {
                     let exits = self.exits_by_ns.entry(exit.ipc_ns).or_default();
                     let at = exits.partition_point(|&(s, _)| s <= start);
                     exits.insert(at, (start, end));
@@ -180,7 +181,9 @@ impl DeferredWork {
                     Some(exit_end) => self.join_ns_free(r.start_ns, exit_end, r.end_ns),
                     // Without exact frees, most of a run's kfrees are not namespaces at all.
                     None if self.exact_ns_frees => {
-                        self.early_ns_frees.insert(r.object, (r.start_ns, r.end_ns));
+                        let frees = self.early_ns_frees.entry(r.object).or_default();
+                        let at = frees.partition_point(|&(_, freed)| freed <= r.end_ns);
+                        frees.insert(at, (r.start_ns, r.end_ns));
                     }
                     None => {}
                 }
@@ -222,6 +225,18 @@ impl DeferredWork {
             self.exits_by_ns.remove(&ns);
         }
         end
+    }
+
+    /// The first free of namespace `ns` that came after `start`, an exit's start: frees before
+    /// it were of earlier namespaces at the same address, whose exits are still to come.
+    fn take_free_after(&mut self, ns: u64, start: u64) -> Option<(u64, u64)> {
+        let frees = self.early_ns_frees.get_mut(&ns)?;
+        let at = frees.partition_point(|&(_, freed)| freed < start);
+        let free = (at < frees.len()).then(|| frees.remove(at));
+        if frees.is_empty() {
+            self.early_ns_frees.remove(&ns);
+        }
+        free
     }
 
     fn join_ns_free(&mut self, run_start: u64, exit_end: u64, freed: u64) {
@@ -394,6 +409,24 @@ mod tests {
             let r = d.report();
             assert_eq!((r.ipc.namespaces_freed, r.ipc.namespaces_joined), (1, 1), "{free_first}");
         }
+    }
+
+    #[test]
+    fn frees_of_a_reused_address_read_before_their_exits_join_each_its_own() {
+        // Sequential children get the address of the namespace freed just before; the
+        // kworker's records can be read ahead of the exits' (another ring buffer).
+        let mut d = DeferredWork::new(true, false, false);
+        d.record(&record(DeferredKind::IpcNsFreed, 150, 200, 0xE));
+        d.record(&record(DeferredKind::IpcNsFreed, 350, 400, 0xE));
+        d.exit(&exit(20, 20, 0xE, 50, 100));
+        d.exit(&exit(21, 21, 0xE, 250, 300));
+        let r = d.report();
+        assert_eq!((r.ipc.namespaces_freed, r.ipc.namespaces_joined), (2, 2));
+        assert_eq!(
+            (r.ipc.exit_to_free_ns.min_ns, r.ipc.exit_to_free_ns.max_ns),
+            (100, 100),
+            "each free joins the exit before it"
+        );
     }
 
     #[test]

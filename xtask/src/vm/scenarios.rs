@@ -194,12 +194,14 @@ fn functions_timed(doc: &Value, c: &mut Checks) {
 fn every_namespace_freed(doc: &Value, c: &mut Checks, namespaces: u64) {
     let ipc = &doc["deferred"]["ipc"];
     let runs = c.uint(ipc, "runs");
+    let freed = c.uint(ipc, "namespaces_freed");
     let joined = c.uint(ipc, "namespaces_joined");
+    c.equal("deferred.ipc.namespaces_freed", namespaces, freed);
     c.equal("deferred.ipc.namespaces_joined", namespaces, joined);
     if runs == 0 {
         c.fail("deferred.ipc.runs: expected free_ipc runs, got 0".to_owned());
     }
-    c.figure(format!("{joined} namespaces freed in {runs} free_ipc runs"));
+    c.figure(format!("{freed} namespaces freed in {runs} free_ipc runs, {joined} joined"));
 }
 
 /// A `compare --toggle taskstats-listener --json` document: both sides profiled with
