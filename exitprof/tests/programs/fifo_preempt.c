@@ -1,55 +1,66 @@
 // An exit preempted for a known time: a child pinned to the last CPU tears down MIB MiB of
-// memory in its exit; a SCHED_FIFO thread of the parent watches it from the first CPU and, as
-// soon as the child is exiting (PF_EXITING), moves to the child's CPU and spins there for
-// SPIN_MS ms. A real-time task preempts a normal one as soon as the kernel lets it (at the
-// teardown's next cond_resched), so the exit waits runnable for about SPIN_MS ms.
+// memory in its exit; a SCHED_FIFO thread of the parent waits on the first CPU for a robust
+// mutex the child holds. The kernel gives such a mutex up (owner died) as the exit enters
+// exit_mm, just before the teardown; the thread then moves to the child's CPU and spins there
+// for SPIN_MS ms. A real-time task preempts a normal one as soon as the kernel lets it (at the
+// teardown's next cond_resched), so the exit waits runnable in exit_mm for about SPIN_MS ms.
+//
+// (Watching /proc/PID/stat for PF_EXITING instead would take a reference to the child's mm with
+// each read: one taken as the exit began can leave the reader, not the exit, to tear the
+// memory down.)
+//
+// The program checks its own construction: it fails (exit 1) when the thread was not yet
+// waiting when the exit began, or the mutex was not given up by the exit.
 //
 // Writes to OUT how long the spinner spun (ns).
 //
 // usage: fifo_preempt MIB SPIN_MS OUT
 #include "ground_truth.h"
 
-static long spin_ns, spun_ns;
-static int cpu, exiting[2];
-static volatile pid_t child;
+#include <errno.h>
 
-/// PF_EXITING in the flags of /proc/PID/stat (the 9th field): the task is in do_exit.
-#define PF_EXITING 0x4
+// Shared by parent and child: the mutex the child holds until its exit, and when it began
+// exiting.
+struct shared {
+    pthread_mutex_t held;
+    long exit_ns;
+};
 
-static int in_exit(pid_t pid) {
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 1;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    // The name, in parentheses, may hold anything: the fields after it are plain.
-    char *p = strrchr(buf, ')');
-    unsigned long flags = 0;
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %lu", &flags) != 1)
-        return 1;
-    return (flags & PF_EXITING) != 0;
-}
+static struct shared *shared;
+static long spin_ns, spun_ns, waiting_ns;
+static int cpu, locked[2], lock_err;
 
 static void *spinner(void *arg) {
     (void)arg;
-    // Real-time from the start, on the first CPU: nothing delays its watch (it sleeps until the
-    // child is about to exit, then polls for microseconds).
+    // Real-time from the start, on the first CPU: nothing delays its wake-up.
     realtime(0);
     char c;
-    // The child has populated its memory and is about to exit.
-    if (read(exiting[0], &c, 1) != 1)
+    // The child holds the mutex and is populating its memory.
+    if (read(locked[0], &c, 1) != 1)
         return NULL;
-    while (!in_exit(child))
-        ;
+    waiting_ns = now_ns();
+    lock_err = pthread_mutex_lock(&shared->held);
     realtime(cpu);
     long start = now_ns();
     while (now_ns() - start < spin_ns)
         ;
     spun_ns = now_ns() - start;
     return NULL;
+}
+
+// A mutex shared with the child, given up by the kernel when its holder dies.
+static void init_shared(void) {
+    shared = mmap(NULL, sizeof(*shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
+                  0);
+    if (shared == MAP_FAILED) {
+        perror("mmap");
+        exit(1);
+    }
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&shared->held, &attr);
 }
 
 int main(int argc, char **argv) {
@@ -64,10 +75,11 @@ int main(int argc, char **argv) {
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);
     if (cpu == 0) {
-        fprintf(stderr, "needs two CPUs: one to watch the exit from, one to preempt it on\n");
+        fprintf(stderr, "needs two CPUs: one to wait for the exit on, one to preempt it on\n");
         return 1;
     }
-    if (pipe(exiting) != 0) {
+    init_shared();
+    if (pipe(locked) != 0) {
         perror("pipe");
         return 1;
     }
@@ -78,7 +90,6 @@ int main(int argc, char **argv) {
         return 1;
     }
     pid_t pid = fork();
-    child = pid;
     if (pid < 0) {
         perror("fork");
         return 1;
@@ -88,14 +99,25 @@ int main(int argc, char **argv) {
             perror("sched_setaffinity");
             _exit(1);
         }
+        if (pthread_mutex_lock(&shared->held) != 0 || write(locked[1], "x", 1) != 1)
+            _exit(1);
         // 4 KiB pages: the teardown takes long enough to be caught in.
         populated(bytes);
-        if (write(exiting[1], "x", 1) != 1)
-            _exit(1);
+        shared->exit_ns = now_ns();
         _exit(0);
     }
     wait_child(pid);
     pthread_join(t, NULL);
+    if (lock_err != EOWNERDEAD) {
+        fprintf(stderr, "the mutex was not given up by the child's exit: %s\n",
+                strerror(lock_err));
+        return 1;
+    }
+    if (waiting_ns > shared->exit_ns) {
+        fprintf(stderr, "the spinner began waiting %ld ns after the exit began\n",
+                waiting_ns - shared->exit_ns);
+        return 1;
+    }
     FILE *out = fopen(argv[3], "w");
     if (!out) {
         perror(argv[3]);

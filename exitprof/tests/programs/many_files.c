@@ -1,6 +1,6 @@
 // Processes whose exit is dominated by closing their descriptors: each child holds as many
-// descriptors as its limit allows (up to FILES), all of one open file (dup), then exits; the
-// parent waits for each. All run SCHED_FIFO. One file, so the cost is in exit_files closing
+// descriptors as its limit allows (up to FILES), all of one open file (dup), then exits,
+// SCHED_FIFO; the parent waits for each. One file, so the cost is in exit_files closing
 // descriptors: a file's last close defers its release (__fput) to task work, which would put the
 // cost of distinct files in task_work_run instead.
 //
@@ -47,7 +47,6 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    realtime(-1);
     each_child(atoi(argv[2]), child);
     return 0;
 }

@@ -1,6 +1,5 @@
 // Processes whose exit is dominated by tearing down their memory: each child touches every
-// page of MIB MiB of private anonymous memory and exits; the parent waits for each. All run
-// SCHED_FIFO.
+// page of MIB MiB of private anonymous memory and exits, SCHED_FIFO; the parent waits for each.
 //
 // usage: mm_teardown MIB CHILDREN
 #include "ground_truth.h"
@@ -18,7 +17,6 @@ int main(int argc, char **argv) {
         return 2;
     }
     bytes = strtoul(argv[1], NULL, 10) << 20;
-    realtime(-1);
     each_child(atoi(argv[2]), child);
     return 0;
 }
