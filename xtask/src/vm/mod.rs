@@ -31,7 +31,7 @@ use self::{
     kernels::{Kernel, Series},
     qemu::Boot,
     scenarios::{Checks, SCENARIOS, Scenario},
-    suite::GUEST_TESTS,
+    suite::{GUEST_TESTS, GuestTests},
 };
 use crate::command::workspace_root;
 
@@ -40,6 +40,10 @@ pub struct VmTestArgs {
     /// A kernel series to test (repeatable); all of them by default.
     #[arg(long = "kernel", value_enum, value_name = "SERIES")]
     pub kernels: Vec<Series>,
+    /// Only this scenario or guest test run (repeatable), to look into one again; all of them
+    /// by default.
+    #[arg(long = "only", value_name = "NAME")]
+    pub only: Vec<String>,
 }
 
 /// A boot, userspace and poweroff take about 15 s under TCG; each scenario adds a few seconds.
@@ -62,17 +66,26 @@ pub fn vm_test(args: &VmTestArgs) -> anyhow::Result<()> {
     }
     let kernels = series.into_iter().map(kernels::fetch).collect::<anyhow::Result<Vec<_>>>()?;
 
+    let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
+    let scenarios: Vec<Scenario> = SCENARIOS.iter().filter(|s| wanted(s.name)).cloned().collect();
+    let tests: Vec<GuestTests> = GUEST_TESTS.iter().filter(|t| wanted(t.name)).cloned().collect();
+    if let Some(unknown) = args.only.iter().find(|o| {
+        !SCENARIOS.iter().any(|s| s.name == *o) && !GUEST_TESTS.iter().any(|t| t.name == *o)
+    }) {
+        bail!("--only {unknown}: no scenario or guest test run has that name");
+    }
+
     let binaries = suite::build()?;
     let target = workspace_root().join("target");
     let initramfs = target.join("vm/initramfs.cpio");
-    initramfs::build(&binaries, SCENARIOS, GUEST_TESTS, &initramfs)
+    initramfs::build(&binaries, &scenarios, &tests, &initramfs)
         .context("building the guest's initramfs")?;
 
     let names: Vec<&str> = kernels.iter().map(|k| k.package.as_str()).collect();
     eprintln!("vm: booting {} in qemu (TCG)", names.join(" and "));
     let timeout = BOOT_TIMEOUT
-        + SCENARIO_TIMEOUT * SCENARIOS.len() as u32
-        + TESTS_TIMEOUT * GUEST_TESTS.len() as u32;
+        + SCENARIO_TIMEOUT * scenarios.len() as u32
+        + TESTS_TIMEOUT * tests.len() as u32;
     let boots: Vec<anyhow::Result<Boot>> = thread::scope(|s| {
         let guests: Vec<_> = kernels
             .iter()
@@ -88,7 +101,7 @@ pub fn vm_test(args: &VmTestArgs) -> anyhow::Result<()> {
     let mut failures = Vec::new();
     for (kernel, boot) in kernels.iter().zip(boots) {
         match boot {
-            Ok(boot) => failures.extend(check_boot(kernel, &boot)),
+            Ok(boot) => failures.extend(check_boot(kernel, &boot, &scenarios, &tests)),
             Err(e) => failures.push(format!("{}: {e:#}", kernel.package)),
         }
     }
@@ -100,7 +113,12 @@ pub fn vm_test(args: &VmTestArgs) -> anyhow::Result<()> {
 }
 
 /// Checks every scenario of one boot, printing a summary line for each; returns the failures.
-fn check_boot(kernel: &Kernel, boot: &Boot) -> Vec<String> {
+fn check_boot(
+    kernel: &Kernel,
+    boot: &Boot,
+    scenarios: &[Scenario],
+    tests: &[GuestTests],
+) -> Vec<String> {
     let report = &boot.report;
     let mut failures = Vec::new();
     let release = kernel.release();
@@ -111,7 +129,7 @@ fn check_boot(kernel: &Kernel, boot: &Boot) -> Vec<String> {
         ));
     }
     eprintln!("vm: {release} booted, ran and powered off in {:.1} s", boot.elapsed.as_secs_f64());
-    for scenario in SCENARIOS {
+    for scenario in scenarios {
         let run = report.runs.iter().find(|r| r.name == scenario.name);
         let checks = check_run(scenario, run);
         let (verdict, summary) = match checks.failures.first() {
@@ -130,8 +148,8 @@ fn check_boot(kernel: &Kernel, boot: &Boot) -> Vec<String> {
             checks.failures.iter().map(|f| format!("{} {}: {f}", kernel.package, scenario.name)),
         );
     }
-    for tests in GUEST_TESTS {
-        let run = report.runs.iter().find(|r| r.name == tests.name);
+    for guest in tests {
+        let run = report.runs.iter().find(|r| r.name == guest.name);
         let checked = match run {
             None => Err("did not run".to_owned()),
             Some(run) => suite::check(&run.stdout).map_err(|e| format!("{e}\n{}", run.stdout)),
@@ -140,7 +158,7 @@ fn check_boot(kernel: &Kernel, boot: &Boot) -> Vec<String> {
             |e| format!("FAIL  {}", e.lines().next().unwrap_or_default()),
             |s| format!("pass  {s}"),
         );
-        eprintln!("vm: {release:<22} {:<18} {summary}", tests.name);
+        eprintln!("vm: {release:<22} {:<18} {summary}", guest.name);
         // The tests' own figures, which they print to stderr.
         for line in run.iter().flat_map(|r| r.stderr.lines()).filter(|l| !l.trim().is_empty()) {
             eprintln!("vm:     {line}");
@@ -148,7 +166,7 @@ fn check_boot(kernel: &Kernel, boot: &Boot) -> Vec<String> {
         if let Err(e) = checked {
             failures.push(format!(
                 "{} {} (--attach {}): {e}",
-                kernel.package, tests.name, tests.attach
+                kernel.package, guest.name, guest.attach
             ));
         }
     }

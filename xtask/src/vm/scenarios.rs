@@ -11,6 +11,7 @@ use std::fmt::Display;
 use serde_json::Value;
 
 /// One exitprof run in the guest.
+#[derive(Clone)]
 pub struct Scenario {
     /// Names the run in the guest's report and the summary: `[a-z0-9-]+`.
     pub name: &'static str,

@@ -16,6 +16,7 @@ pub const TEST_BINARY: &str = "/tests/exitprof-tests";
 pub const PROGRAMS: &str = "/tests/programs";
 
 /// One run of the test binary in the guest.
+#[derive(Clone)]
 pub struct GuestTests {
     /// Names the run in the guest's report and the summary: `[a-z0-9-]+`.
     pub name: &'static str,
