@@ -56,6 +56,8 @@ pub mod globals {
         PIDNS_INO,
         /// Whether `sched_process_exit` carries `group_dead` (v6.16+).
         EXIT_TP_GROUP_DEAD,
+        /// The number of the `exit_group` system call on this architecture.
+        SYS_EXIT_GROUP_NR,
         /// `offsetof(struct task_struct, pid)`.
         TASK_PID_OFFSET,
         /// `offsetof(struct task_struct, tgid)`.
@@ -155,10 +157,8 @@ pub mod programs {
     /// The parent's `release_task` of a zombie child.
     pub const REAP: FunctionPrograms = entry_and_return_programs!(reap);
 
-    /// `syscalls:sys_enter_exit`.
+    /// `syscalls:sys_enter_exit` and `syscalls:sys_enter_exit_group`: one program for both.
     pub const SYS_ENTER_EXIT: &str = "sys_enter_exit";
-    /// `syscalls:sys_enter_exit_group`.
-    pub const SYS_ENTER_EXIT_GROUP: &str = "sys_enter_exit_group";
     /// `syscalls:sys_exit_wait4`.
     pub const SYS_EXIT_WAIT4: &str = "sys_exit_wait4";
     /// `tp_btf/signal_deliver`.

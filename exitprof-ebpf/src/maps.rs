@@ -103,6 +103,10 @@ pub static PIDNS_INO: Global<u64> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static EXIT_TP_GROUP_DEAD: Global<u32> = Global::new(0);
 
+/// The number of the `exit_group` system call on this architecture.
+#[unsafe(no_mangle)]
+pub static SYS_EXIT_GROUP_NR: Global<u32> = Global::new(0);
+
 // Kernel structure offsets, from the running kernel's BTF (Rust eBPF has no CO-RE relocations).
 // They live in read-only data, which the verifier reads as constants: loads at these offsets
 // from a trusted task pointer are checked against the kernel's BTF like any field access.

@@ -183,6 +183,7 @@ pub fn load_and_attach(
         .override_global(globals::PIDNS_DEV, &pidns_dev, true)
         .override_global(globals::PIDNS_INO, &pidns_ino, true)
         .override_global(globals::EXIT_TP_GROUP_DEAD, &exit_tp_group_dead, true)
+        .override_global(globals::SYS_EXIT_GROUP_NR, &(libc::SYS_exit_group as u32), true)
         .override_global(globals::TASK_FLAGS_OFFSET, &layout.task_flags, true)
         .override_global(globals::TASK_GROUP_LEADER_OFFSET, &layout.task_group_leader, true)
         .override_global(globals::TASK_REAL_PARENT_OFFSET, &layout.task_real_parent, true)
@@ -329,7 +330,10 @@ impl Attacher<'_> {
                 let (category, name) =
                     target.split_once(':').context("tracepoint without category")?;
                 let p: &mut TracePoint = prog.try_into()?;
-                p.load()?;
+                // One program may serve several events (`sys_enter_exit`).
+                if p.fd().is_err() {
+                    p.load()?;
+                }
                 p.attach(category, name)?;
             }
             How::Kprobe => {
@@ -351,7 +355,9 @@ impl Attacher<'_> {
                 p.attach()?;
             }
         }
-        self.probes.programs.push(program.to_owned());
+        if !self.probes.programs.iter().any(|p| p == program) {
+            self.probes.programs.push(program.to_owned());
+        }
         Ok(())
     }
 }

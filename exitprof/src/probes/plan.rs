@@ -146,9 +146,8 @@ enum Hook {
     Function { symbol: &'static str, renamed: &'static [&'static str], programs: FunctionPrograms },
     /// A tracepoint with a BTF prototype (`tp_btf`). Its program is named after it.
     BtfTracepoint(&'static str),
-    /// A `syscalls:` tracepoint (these have no BTF prototype of their own). Its program is named
-    /// after it.
-    Syscall(&'static str),
+    /// A `syscalls:` tracepoint (these have no BTF prototype of their own), and its program.
+    Syscall { event: &'static str, program: &'static str },
 }
 
 impl Hook {
@@ -165,7 +164,7 @@ impl Hook {
                 };
                 std::iter::once((pair.entry, false)).chain(pair.exit.map(|p| (p, true))).collect()
             }
-            Self::BtfTracepoint(name) | Self::Syscall(name) => vec![(name, false)],
+            Self::BtfTracepoint(name) | Self::Syscall { program: name, .. } => vec![(name, false)],
         }
     }
 }
@@ -213,7 +212,7 @@ pub fn every_program() -> Vec<(&'static str, &'static str)> {
     let hows = |hook| match hook {
         Hook::Function { .. } => &[How::Kprobe, How::Fentry][..],
         Hook::BtfTracepoint(_) => &[How::BtfTracepoint],
-        Hook::Syscall(_) => &[How::Tracepoint],
+        Hook::Syscall { .. } => &[How::Tracepoint],
     };
     SITES
         .iter()
@@ -240,12 +239,12 @@ const SITES: &[Site] = &[
     site(DO_EXIT, probed("do_exit", &[], programs::DO_EXIT)),
     fallback(
         SiteId::Marker(Marker::SysEnterExit),
-        Hook::Syscall(programs::SYS_ENTER_EXIT),
+        Hook::Syscall { event: "sys_enter_exit", program: programs::SYS_ENTER_EXIT },
         DO_EXIT,
     ),
     fallback(
         SiteId::Marker(Marker::SysEnterExitGroup),
-        Hook::Syscall(programs::SYS_ENTER_EXIT_GROUP),
+        Hook::Syscall { event: "sys_enter_exit_group", program: programs::SYS_ENTER_EXIT },
         DO_EXIT,
     ),
     fallback(
@@ -313,7 +312,7 @@ const SITES: &[Site] = &[
     site(REAP, probed("release_task", &[], programs::REAP)),
     fallback(
         SiteId::Deferred(DeferredSite::Wait4Return),
-        Hook::Syscall(programs::SYS_EXIT_WAIT4),
+        Hook::Syscall { event: "sys_exit_wait4", program: programs::SYS_EXIT_WAIT4 },
         REAP,
     ),
     site(TASK_FREE, Hook::BtfTracepoint(programs::SCHED_PROCESS_FREE)),
@@ -597,12 +596,14 @@ fn resolve_site(
                 Err(format!("tracepoint {name} does not exist on this kernel"))
             }
         }
-        Hook::Syscall(_) if !wants.syscall_tracepoints => Err(
+        Hook::Syscall { .. } if !wants.syscall_tracepoints => Err(
             "syscall tracepoints are off (--syscall-tracepoints): any of them slows every syscall \
              of the machine"
                 .to_owned(),
         ),
-        Hook::Syscall(name) => Ok(planned(How::Tracepoint, &format!("syscalls:{name}"), None)),
+        Hook::Syscall { event, .. } => {
+            Ok(planned(How::Tracepoint, &format!("syscalls:{event}"), None))
+        }
         Hook::Function { symbol: first, renamed, .. } => {
             let symbol = pick_symbol(facts, first, renamed)?;
             let note = (symbol != first).then(|| format!("{first} is not a symbol on this kernel"));
