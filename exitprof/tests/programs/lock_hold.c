@@ -12,8 +12,11 @@
 // - the holder takes its timestamp and wakes the exiter, which at once sleeps until DELAY_NS
 //   past that timestamp; the holder enters mprotect and takes the lock;
 // - when the sleep ends, the exiter takes the CPU from the holder inside the hold (mprotect
-//   lets the scheduler in at every page table it walks), comes down to the holder's priority,
-//   which leaves it running, begins its exit and blocks on the lock;
+//   lets the scheduler in at every page table it walks); it makes sure of it in the holder's
+//   kernel stack (the holder is not running then: the exiter has its CPU), else sleeps a
+//   millisecond and looks again (under emulation the holder was seen to take 27 ms to get from
+//   its timestamp into mprotect). Then it comes down to the holder's priority, which leaves it
+//   running, begins its exit and blocks on the lock;
 // - the holder runs on; releasing the lock wakes the exiter, which, at the holder's priority
 //   now, waits for the holder to take its timestamp, then ends its exit.
 // The block is the lock's alone: while the exiter waits, the holder holds the lock. And the
@@ -22,8 +25,8 @@
 // in it: some µs here, some ms under emulation).
 //
 // The program checks its own construction: it fails (exit 1) when the exit began before the
-// holder went for the lock (DELAY_NS too short for the machine) or after the hold was over
-// (the region too small), rather than leave a test to assert what did not happen.
+// holder went for the lock or after the hold was over (the region too small), rather than
+// leave a test to assert what did not happen.
 //
 // Writes to OUT: the hold's length (from the holder's last timestamp before mprotect to its
 // return) and the part of it left when the thread began exiting (ns, CLOCK_MONOTONIC, as the
@@ -34,11 +37,12 @@
 #include "ground_truth.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <sys/syscall.h>
 
-// From the holder's timestamp to the exiter's start: time enough for the holder to get into
-// mprotect and take the lock (some 10 µs here, up to 3 ms were seen under emulation).
+// From the holder's timestamp to the exiter's first look at it: time enough for the holder to
+// get into mprotect and take the lock (some 10 µs here, 3 to 27 ms were seen under emulation).
 #define DELAY_NS 10000000L
 // The one CPU both threads run on.
 #define CPU 0
@@ -55,6 +59,42 @@
 
 static int ready[2], go[2];
 static atomic_long exit_start;
+static atomic_int hold_over;
+static pid_t holder;
+
+// A function mprotect runs with the lock held for writing.
+#define UNDER_THE_LOCK "mprotect_fixup"
+
+// Whether the holder is inside mprotect, holding the lock: its kernel stack, which root can
+// read while the holder is not running, goes through UNDER_THE_LOCK. -1 when the stack cannot
+// be read (no CONFIG_STACKTRACE): the delay alone has to do. Nothing here may wait for the
+// lock: no allocation (malloc may map memory), no buffer or code page touched for the first
+// time (a page fault takes the lock on older kernels), so it runs once before the hold.
+static int holding(void) {
+    static char path[64], stack[4096];
+    snprintf(path, sizeof(path), "/proc/self/task/%d/stack", holder);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, stack, sizeof(stack) - 1);
+    close(fd);
+    if (n < 0)
+        return -1;
+    stack[n] = 0;
+    return strstr(stack, UNDER_THE_LOCK) != NULL;
+}
+
+// Sleeps until `at` (CLOCK_MONOTONIC, ns).
+static void sleep_until(long at) {
+    struct timespec until = {.tv_sec = at / 1000000000L, .tv_nsec = at % 1000000000L};
+    int err;
+    while ((err = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL)) == EINTR)
+        ;
+    if (err != 0) {
+        fprintf(stderr, "clock_nanosleep: %s\n", strerror(err));
+        exit(1);
+    }
+}
 
 // Makes the calling thread SCHED_FIFO at `priority`.
 static void fifo(int priority) {
@@ -101,6 +141,7 @@ static char *populated_shared(size_t bytes) {
 static void *exiter(void *arg) {
     (void)arg;
     fifo(ABOVE);
+    holding();
     // Above the holder from here on: the holder runs only while this thread waits.
     char c = 0;
     long hold_start;
@@ -109,18 +150,12 @@ static void *exiter(void *arg) {
         perror("pipe");
         exit(1);
     }
-    struct timespec until = {.tv_sec = (hold_start + DELAY_NS) / 1000000000L,
-                             .tv_nsec = (hold_start + DELAY_NS) % 1000000000L};
-    int err;
-    while ((err = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL)) == EINTR)
-        ;
-    if (err != 0) {
-        fprintf(stderr, "clock_nanosleep: %s\n", strerror(err));
-        exit(1);
-    }
+    sleep_until(hold_start + DELAY_NS);
+    while (!atomic_load(&hold_over) && holding() == 0)
+        sleep_until(now_ns() + 1000000L);
     // Lowered to the holder's priority, a SCHED_FIFO thread goes first among its equals: it
     // runs on. Woken by the lock's release, it no longer takes the CPU from the holder.
-    err = pthread_setschedprio(pthread_self(), HOLDER);
+    int err = pthread_setschedprio(pthread_self(), HOLDER);
     if (err != 0) {
         fprintf(stderr, "pthread_setschedprio: %s\n", strerror(err));
         exit(1);
@@ -142,6 +177,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     char *region = populated_shared(bytes);
+    holder = gettid();
     if (pipe(ready) != 0 || pipe(go) != 0) {
         perror("pipe");
         return 1;
@@ -178,6 +214,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     long hold_end = now_ns();
+    atomic_store(&hold_over, 1);
     // An ordinary thread again: the exiter ends its exit now, and what follows takes no
     // real-time CPU (the kernel throttles real-time tasks that take more than their share).
     struct sched_param other = {.sched_priority = 0};
