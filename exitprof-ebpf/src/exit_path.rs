@@ -4,6 +4,7 @@
 //! where they sit on the running kernel is the business of userspace's probe plan.
 
 use aya_ebpf::{
+    EbpfContext as _,
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, tracepoint},
     programs::{
         BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext,
@@ -36,9 +37,10 @@ fn start(marker: Marker) -> u32 {
 /// apart by the system call's number.
 #[tracepoint]
 pub fn sys_enter_exit(ctx: TracePointContext) -> u32 {
-    // `int __syscall_nr`, after the common header, in every syscalls event.
-    // SAFETY: a bounded read of the tracepoint record.
-    let nr: i32 = unsafe { ctx.read_at(8) }.unwrap_or(-1);
+    // `int __syscall_nr`, after the common header, in every syscalls event: a load from the
+    // context, which the verifier checks (no helper call).
+    // SAFETY: offset 8 of a syscalls event is its `__syscall_nr`.
+    let nr = unsafe { core::ptr::read(ctx.as_ptr().cast::<u8>().add(8).cast::<i32>()) };
     // The point's code computed without a branch: with one, the compiler copies the whole
     // opening of an exit into each side.
     let (exit, group) = (marker_code(Marker::SysEnterExit), marker_code(Marker::SysEnterExitGroup));
