@@ -40,7 +40,7 @@ pub fn sys_enter_exit(ctx: TracePointContext) -> u32 {
     // `int __syscall_nr`, after the common header, in every syscalls event: a load from the
     // context, which the verifier checks (no helper call).
     // SAFETY: offset 8 of a syscalls event is its `__syscall_nr`.
-    let nr = unsafe { core::ptr::read(ctx.as_ptr().cast::<u8>().add(8).cast::<i32>()) };
+    let nr = unsafe { core::ptr::read(ctx.as_ptr().cast::<i32>().add(2)) };
     // The point's code computed without a branch: with one, the compiler copies the whole
     // opening of an exit into each side.
     let (exit, group) = (marker_code(Marker::SysEnterExit), marker_code(Marker::SysEnterExitGroup));
