@@ -20,15 +20,20 @@ static inline long now_ns(void) {
     return t.tv_sec * 1000000000L + t.tv_nsec;
 }
 
-// Makes the calling thread SCHED_FIFO, on `cpu` when it is not negative: no other task of the
-// machine takes the CPU from it, so the times it shows are its own work's.
-static inline void realtime(int cpu) {
-    struct sched_param param = {.sched_priority = 50};
+// Makes the calling thread SCHED_FIFO at `priority`.
+static inline void fifo(int priority) {
+    struct sched_param param = {.sched_priority = priority};
     int err = pthread_setschedparam(pthread_self(), SCHED_FIFO, &param);
     if (err != 0) {
         fprintf(stderr, "cannot run as SCHED_FIFO: %s\n", strerror(err));
         exit(1);
     }
+}
+
+// Makes the calling thread SCHED_FIFO, on `cpu` when it is not negative: no other task of the
+// machine takes the CPU from it, so the times it shows are its own work's.
+static inline void realtime(int cpu) {
+    fifo(50);
     if (cpu >= 0) {
         cpu_set_t set;
         CPU_ZERO(&set);

@@ -96,16 +96,6 @@ static void sleep_until(long at) {
     }
 }
 
-// Makes the calling thread SCHED_FIFO at `priority`.
-static void fifo(int priority) {
-    struct sched_param param = {.sched_priority = priority};
-    int err = pthread_setschedparam(pthread_self(), SCHED_FIFO, &param);
-    if (err != 0) {
-        fprintf(stderr, "cannot run as SCHED_FIFO: %s\n", strerror(err));
-        exit(1);
-    }
-}
-
 // A region of `bytes` (a multiple of FILE_BYTES) that maps one shared memory file of
 // FILE_BYTES again and again, every page mapped, in 4 KiB pages (no transparent huge pages):
 // changing its protection walks an entry per page. Each mapping is an area of its own (the
