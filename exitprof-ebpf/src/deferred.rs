@@ -21,7 +21,7 @@ use exitprof_common::{
 };
 
 use crate::{
-    exit_state::{exit_slot, key},
+    exit_state::{key, slot_of},
     helpers::{current_pid, now_ns, read_at, task_pid_tgid},
     maps::{
         DEFERRED, FREE_IPC_ADDR, FREES_AWAITED, TASK_PID_OFFSET, WORK_FUNC_OFFSET, count, stopped,
@@ -308,7 +308,7 @@ pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
         let now = now_ns();
         emit(DeferredKind::TaskFreed, now, now, u64::from(pid), 0);
         let _ = FREES_AWAITED.remove(key);
-    } else if let Some(slot) = exit_slot(task) {
+    } else if let Some(slot) = slot_of(key, pid, tgid) {
         slot.release();
         count(counters::STALE_RECORD);
         count(counters::EXITS_ENDED);

@@ -111,8 +111,13 @@ fn owner(index: u32) -> Option<&'static mut u64> {
 /// at too.
 #[inline(always)]
 pub fn exit_slot(task: Task) -> Option<Slot> {
-    let key = key(task);
     let (pid, tgid) = task_pid_tgid(task);
+    slot_of(key(task), pid, tgid)
+}
+
+/// [`exit_slot`] of the task `key` whose pid and tgid the caller has read already.
+#[inline(always)]
+pub fn slot_of(key: u64, pid: u32, tgid: u32) -> Option<Slot> {
     owned_slot(pid, key).or_else(|| if pid == tgid { None } else { owned_slot(tgid, key) })
 }
 
@@ -134,10 +139,10 @@ pub fn exit_state(task: Task) -> Option<&'static mut ExitState> {
 /// ends, and userspace counts it unfinished, a loss.
 #[inline(always)]
 fn claim_slot(task: Task) -> Option<&'static mut ExitState> {
-    let index = slot_indexes(task_pid_tgid(task).0)
+    let (index, owner) = slot_indexes(task_pid_tgid(task).0)
         .into_iter()
-        .find(|&index| owner(index).is_some_and(|o| *o == 0))?;
-    *owner(index)? = key(task);
+        .find_map(|index| owner(index).filter(|o| **o == 0).map(|o| (index, o)))?;
+    *owner = key(task);
     Slot(index).state()
 }
 
