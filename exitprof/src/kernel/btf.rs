@@ -85,7 +85,7 @@ impl KernelBtf {
     /// describe it): its `btf_trace_<name>` prototype less the leading `void *__data`.
     pub fn tracepoint_arg_count(&self, name: &str) -> usize {
         let proto = || -> Option<usize> {
-            let types = self.0.resolve_types_by_name(&format!("btf_trace_{name}")).ok()?;
+            let types = self.0.resolve_types_by_name(&tracepoint_typedef(name)).ok()?;
             let Type::Typedef(typedef) = types.first()? else { return None };
             let Type::Ptr(ptr) = self.0.resolve_chained_type(typedef).ok()? else { return None };
             let Type::FuncProto(proto) = self.0.resolve_chained_type(&ptr).ok()? else {
@@ -98,7 +98,7 @@ impl KernelBtf {
 
     /// Whether BTF has the `btf_trace_<name>` typedef of a tracepoint (BTF tracepoints need it).
     pub fn has_tracepoint(&self, name: &str) -> bool {
-        self.0.resolve_types_by_name(&format!("btf_trace_{name}")).is_ok_and(|t| !t.is_empty())
+        self.0.resolve_types_by_name(&tracepoint_typedef(name)).is_ok_and(|t| !t.is_empty())
     }
 }
 
@@ -146,6 +146,11 @@ impl KernelLayout {
     }
 }
 
+/// The name of the typedef that gives a BTF tracepoint its prototype.
+fn tracepoint_typedef(tracepoint: &str) -> String {
+    format!("btf_trace_{tracepoint}")
+}
+
 /// A type aya's loader looks up by name in the kernel's BTF to load a program: the
 /// `btf_trace_<name>` typedef of a BTF tracepoint, or the function an fentry/fexit program
 /// attaches to.
@@ -172,7 +177,7 @@ impl KernelBtf {
             .iter()
             .filter_map(|&wanted| {
                 let (name, kind) = match wanted {
-                    LoaderType::Tracepoint(tp) => (format!("btf_trace_{tp}"), KIND_TYPEDEF),
+                    LoaderType::Tracepoint(tp) => (tracepoint_typedef(tp), KIND_TYPEDEF),
                     LoaderType::Function(function) => (function.to_owned(), KIND_FUNC),
                 };
                 let id = self.first_id(&name, kind)?;
