@@ -486,8 +486,8 @@ impl Plan {
 
     /// The plan with only the points of `set`: for [`PointSet::Minimal`], the start markers of
     /// an exit (and the first exit-only point, where they do not cover every way into an exit),
-    /// the final switch-out and the task's free (where a slot left by an unseen end is released); the others are
-    /// listed as left out.
+    /// the final switch-out and the task's free (where a slot left by an unseen end is
+    /// released); the others are listed as left out.
     #[must_use]
     pub fn with_points(mut self, set: PointSet) -> Self {
         if set == PointSet::Full {
