@@ -78,6 +78,7 @@ fn print_plan(probes: ProbeOptions, json: bool) -> anyhow::Result<()> {
     let wants = plan::Wants {
         ipc_frees_via_kfree: false,
         syscall_tracepoints: probes.syscall_tracepoints.unwrap_or(true),
+        unusable_symbols: true,
     };
     let (facts, plan) = run::start::plan(probes.attach, wants)?;
     let plan = plan.with_points(probes.points);

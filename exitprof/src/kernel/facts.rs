@@ -65,7 +65,7 @@ impl KernelFacts {
             Some(btf) => KernelLayout::read(btf).map_err(|e| e.to_string()),
             None => Err("kernel BTF is missing (is CONFIG_DEBUG_INFO_BTF on?)".to_owned()),
         };
-        let kallsyms = Arc::new(Kallsyms::load()?);
+        let kallsyms = Arc::new(Kallsyms::open()?);
         let ftrace_functions =
             read_lines(&tracefs.join("available_filter_functions")).map(|lines| {
                 lines.map(|l| l.split_whitespace().next().unwrap_or("").to_owned()).collect()

@@ -335,6 +335,10 @@ pub struct Wants {
     /// cannot be probed; `wait4` for reaps). Any of them puts every syscall of the machine on
     /// the kernel's traced path.
     pub syscall_tracepoints: bool,
+    /// Look up the symbols of function points even where no function can be probed (tracepoint
+    /// mode, or a kernel with neither kprobes nor fentry), to say what each would resolve to:
+    /// `exitprof plan` does; a run does not, as that reads the whole of kallsyms.
+    pub unusable_symbols: bool,
 }
 
 /// One point of the resolved plan.
@@ -563,6 +567,11 @@ impl Plan {
     }
 }
 
+/// Why a function point cannot be probed, when the kernel lacks the mode altogether (said once,
+/// in the calibration, with the reason).
+const NO_FENTRY: &str = "no fentry on this kernel";
+const NO_KPROBES: &str = "no kprobes on this kernel";
+
 fn resolve_site(
     facts: &KernelFacts,
     mode: AttachMode,
@@ -605,6 +614,18 @@ fn resolve_site(
             Ok(planned(How::Tracepoint, &format!("syscalls:{event}"), None))
         }
         Hook::Function { symbol: first, renamed, .. } => {
+            let unusable = match mode {
+                AttachMode::Tracepoint => Some("a function probe (--attach tracepoint)".to_owned()),
+                AttachMode::Auto if facts.fentry.is_err() && facts.kprobes.is_err() => {
+                    Some(format!("{NO_FENTRY}; {NO_KPROBES}"))
+                }
+                _ => None,
+            };
+            if let Some(why) = &unusable
+                && !wants.unusable_symbols
+            {
+                return Err(why.clone());
+            }
             let symbol = pick_symbol(facts, first, renamed)?;
             let note = (symbol != first).then(|| format!("{first} is not a symbol on this kernel"));
             // A function that is not the first candidate says what it resolved to, even when it
@@ -613,13 +634,13 @@ fn resolve_site(
                 Some(n) => format!("resolves to {symbol} ({n}), but {why}"),
                 None => why,
             };
-            if mode == AttachMode::Tracepoint {
-                return Err(resolved("a function probe (--attach tracepoint)".to_owned()));
+            if let Some(why) = unusable {
+                return Err(resolved(why));
             }
             // Errors name what is wrong with this symbol; a mode the kernel lacks altogether is
             // said once, in the calibration.
             let fentry = || -> Result<(), String> {
-                facts.fentry.clone().map_err(|_| "no fentry on this kernel".to_owned())?;
+                facts.fentry.clone().map_err(|_| NO_FENTRY.to_owned())?;
                 let btf = facts.btf.as_ref().ok_or("kernel BTF is missing")?;
                 if !btf.has_function(symbol) {
                     return Err(format!("BTF has no function {symbol}"));
@@ -632,7 +653,7 @@ fn resolve_site(
                 }
             };
             let kprobe = || -> Result<(), String> {
-                facts.kprobes.clone().map_err(|_| "no kprobes on this kernel".to_owned())?;
+                facts.kprobes.clone().map_err(|_| NO_KPROBES.to_owned())?;
                 if facts.kprobe_blacklist.contains(symbol) {
                     return Err(format!("{symbol} is on the kprobe blacklist"));
                 }
@@ -686,7 +707,8 @@ mod tests {
     use super::*;
     use crate::kernel::{btf::KernelBtf, kallsyms::Kallsyms, version::KernelVersion};
 
-    const WANTS: Wants = Wants { ipc_frees_via_kfree: false, syscall_tracepoints: true };
+    const WANTS: Wants =
+        Wants { ipc_frees_via_kfree: false, syscall_tracepoints: true, unusable_symbols: true };
 
     /// Kernel facts from a captured kallsyms, with the running kernel's BTF (real type data).
     fn facts(kallsyms: &str, kprobes: bool, fentry: bool) -> KernelFacts {
@@ -731,6 +753,32 @@ ffffffff810000a0 T release_task
         let planned = plan.points.iter().find(|p| p.site == FREE_IPC_NS).unwrap();
         assert_eq!((planned.how, planned.target.as_str()), (How::Kprobe, "free_ipc"));
         assert_eq!(planned.note.as_deref(), Some("free_ipc_ns is not a symbol on this kernel"));
+    }
+
+    #[test]
+    fn symbols_of_unusable_functions_are_looked_up_for_the_plan_only() {
+        let reason = |kprobes, unusable_symbols| {
+            let wants = Wants { unusable_symbols, ..WANTS };
+            let facts = facts(KALLSYMS_6_12, kprobes, false);
+            let plan = Plan::resolve(&facts, AttachMode::Auto, wants).unwrap();
+            let free_ipc_ns = FREE_IPC_NS.name();
+            plan.unavailable.iter().find(|u| u.point == free_ipc_ns).map(|u| u.reason.clone())
+        };
+        // Neither kprobes nor fentry: `exitprof plan` says what the function resolves to, a
+        // run says only why it cannot be probed.
+        assert_eq!(
+            reason(false, true).as_deref(),
+            Some(
+                "resolves to free_ipc (free_ipc_ns is not a symbol on this kernel), but no fentry \
+                 on this kernel; no kprobes on this kernel"
+            )
+        );
+        assert_eq!(
+            reason(false, false).as_deref(),
+            Some("no fentry on this kernel; no kprobes on this kernel")
+        );
+        // Where functions can be probed, a run resolves them as the plan does.
+        assert_eq!(reason(true, false), None);
     }
 
     #[test]

@@ -157,6 +157,7 @@ pub fn plan_for(target: &Target, probes: ProbeOptions) -> anyhow::Result<(Kernel
         // for the storm that makes them.
         ipc_frees_via_kfree: matches!(target, Target::Storm(Storm::Ipcns(_))),
         syscall_tracepoints: probes.syscall_tracepoints.unwrap_or(driven),
+        unusable_symbols: false,
     };
     let (facts, plan) = plan(probes.attach, wants)?;
     let plan = plan.with_points(probes.points);
