@@ -2,6 +2,11 @@
 //! relocations, so userspace reads the offsets from the running kernel's BTF and passes them in
 //! as load-time constants).
 
+use std::{
+    collections::HashMap,
+    sync::{Mutex, PoisonError},
+};
+
 use btf_rs::{Backend, Btf, Type};
 
 /// Where the kernel exposes its own BTF.
@@ -20,7 +25,13 @@ pub enum BtfError {
 }
 
 /// The running kernel's BTF.
-pub struct KernelBtf(Btf);
+pub struct KernelBtf {
+    btf: Btf,
+    /// The ids of each name looked up so far: a lookup reads the name of every type of the
+    /// kernel's (some 150,000), and exitprof asks for some names several times (`task_struct`
+    /// for each field it reads, a tracepoint's typedef when planning and when loading).
+    ids_by_name: Mutex<HashMap<String, Vec<u32>>>,
+}
 
 impl KernelBtf {
     /// The running kernel's BTF, from [`VMLINUX_BTF`].
@@ -34,14 +45,29 @@ impl KernelBtf {
     fn from_file(path: &str) -> Result<Self, BtfError> {
         Btf::from_file_with_backend(path, Backend::Mmap)
             .or_else(|_| Btf::from_file_with_backend(path, Backend::Cache))
-            .map(Self)
+            .map(|btf| Self { btf, ids_by_name: Mutex::default() })
             .map_err(|e| BtfError::Unreadable { path: path.to_owned(), why: e.to_string() })
+    }
+
+    /// The ids of the types named `name`.
+    fn ids_named(&self, name: &str) -> Result<Vec<u32>, btf_rs::Error> {
+        let mut known = self.ids_by_name.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(ids) = known.get(name) {
+            return Ok(ids.clone());
+        }
+        let ids = self.btf.resolve_ids_by_name(name)?;
+        known.insert(name.to_owned(), ids.clone());
+        Ok(ids)
+    }
+
+    /// The types named `name`.
+    fn types_named(&self, name: &str) -> Result<Vec<Type>, btf_rs::Error> {
+        self.ids_named(name)?.into_iter().map(|id| self.btf.resolve_type_by_id(id)).collect()
     }
 
     /// Byte offset of `field` in `struct strukt`, looking into anonymous unions and structs.
     pub fn field_offset(&self, strukt: &str, field: &str) -> Result<u32, BtfError> {
-        let types =
-            self.0.resolve_types_by_name(strukt).map_err(|e| BtfError::Parse(e.to_string()))?;
+        let types = self.types_named(strukt).map_err(|e| BtfError::Parse(e.to_string()))?;
         let s = types
             .iter()
             .find_map(|t| match t {
@@ -58,12 +84,12 @@ impl KernelBtf {
     fn find_in(&self, s: &btf_rs::Struct, field: &str) -> Result<Option<u32>, BtfError> {
         let parse = |e: btf_rs::Error| BtfError::Parse(e.to_string());
         for member in &s.members {
-            let name = self.0.resolve_name(member).map_err(parse)?;
+            let name = self.btf.resolve_name(member).map_err(parse)?;
             if name == field {
                 return Ok(Some(member.bit_offset()));
             }
             if name.is_empty() {
-                let inner = self.0.resolve_chained_type(member).map_err(parse)?;
+                let inner = self.btf.resolve_chained_type(member).map_err(parse)?;
                 if let Type::Struct(inner) | Type::Union(inner) = inner
                     && let Some(bits) = self.find_in(&inner, field)?
                 {
@@ -76,19 +102,17 @@ impl KernelBtf {
 
     /// Whether BTF describes a function named `name` (a prerequisite for fentry/fexit).
     pub fn has_function(&self, name: &str) -> bool {
-        self.0
-            .resolve_types_by_name(name)
-            .is_ok_and(|types| types.iter().any(|t| matches!(t, Type::Func(_))))
+        self.types_named(name).is_ok_and(|types| types.iter().any(|t| matches!(t, Type::Func(_))))
     }
 
     /// How many arguments the tracepoint `name` passes its BTF programs (0 when BTF does not
     /// describe it): its `btf_trace_<name>` prototype less the leading `void *__data`.
     pub fn tracepoint_arg_count(&self, name: &str) -> usize {
         let proto = || -> Option<usize> {
-            let types = self.0.resolve_types_by_name(&tracepoint_typedef(name)).ok()?;
+            let types = self.types_named(&tracepoint_typedef(name)).ok()?;
             let Type::Typedef(typedef) = types.first()? else { return None };
-            let Type::Ptr(ptr) = self.0.resolve_chained_type(typedef).ok()? else { return None };
-            let Type::FuncProto(proto) = self.0.resolve_chained_type(&ptr).ok()? else {
+            let Type::Ptr(ptr) = self.btf.resolve_chained_type(typedef).ok()? else { return None };
+            let Type::FuncProto(proto) = self.btf.resolve_chained_type(&ptr).ok()? else {
                 return None;
             };
             Some(proto.parameters.len().saturating_sub(1))
@@ -98,7 +122,7 @@ impl KernelBtf {
 
     /// Whether BTF has the `btf_trace_<name>` typedef of a tracepoint (BTF tracepoints need it).
     pub fn has_tracepoint(&self, name: &str) -> bool {
-        self.0.resolve_types_by_name(&tracepoint_typedef(name)).is_ok_and(|t| !t.is_empty())
+        self.types_named(&tracepoint_typedef(name)).is_ok_and(|t| !t.is_empty())
     }
 }
 
@@ -218,12 +242,12 @@ impl KernelBtf {
 
     /// The first id of a type named `name` of BTF kind `kind` (as aya's lookup finds it).
     fn first_id(&self, name: &str, kind: u32) -> Option<u32> {
-        let ids = self.0.resolve_ids_by_name(name).ok()?;
+        let ids = self.ids_named(name).ok()?;
         ids.into_iter().filter(|&id| self.kind_is(id, kind)).min()
     }
 
     fn kind_is(&self, id: u32, kind: u32) -> bool {
-        match self.0.resolve_type_by_id(id) {
+        match self.btf.resolve_type_by_id(id) {
             Ok(Type::Typedef(_)) => kind == KIND_TYPEDEF,
             Ok(Type::Func(_)) => kind == KIND_FUNC,
             _ => false,
