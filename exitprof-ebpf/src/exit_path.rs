@@ -14,7 +14,7 @@ use aya_ebpf::{
 use exitprof_common::point::{ExitFn, Marker, fn_code, marker_code};
 
 use crate::{
-    exit_state::{Opens, group_dead_current, hit_current},
+    exit_state::{Opens, hit_current, note_group_dead},
     maps::{EXIT_TP_GROUP_DEAD, SYS_EXIT_GROUP_NR},
 };
 
@@ -64,11 +64,13 @@ pub fn signal_deliver(ctx: BtfTracePointContext) -> i32 {
 /// right after `taskstats_exit` are v6.16+; older kernels fire it after `exit_mm`/`acct_process`.
 #[btf_tracepoint]
 pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
-    reach(Marker::SchedProcessExit, Opens::Late);
-    if EXIT_TP_GROUP_DEAD.load() != 0 {
+    let state = hit_current(marker_code(Marker::SchedProcessExit), Opens::Late);
+    if EXIT_TP_GROUP_DEAD.load() != 0
+        && let Some(state) = state
+    {
         // A `bool` in the low byte of its argument slot.
         let group_dead: u64 = ctx.arg(1);
-        group_dead_current(group_dead & 0xff != 0);
+        note_group_dead(state, group_dead & 0xff != 0);
     }
     0
 }
@@ -145,9 +147,11 @@ macro_rules! exit_fn_probes {
 /// time, so the other programs never read an argument their function may not have).
 #[inline(always)]
 fn entered(function: ExitFn, second_arg: impl FnOnce() -> i32) {
-    hit_current(fn_code(function, false), Opens::Never);
-    if function == ExitFn::TaskstatsExit {
-        group_dead_current(second_arg() != 0);
+    let state = hit_current(fn_code(function, false), Opens::Never);
+    if function == ExitFn::TaskstatsExit
+        && let Some(state) = state
+    {
+        note_group_dead(state, second_arg() != 0);
     }
 }
 

@@ -146,24 +146,25 @@ fn claim_slot(task: Task) -> Option<&'static mut ExitState> {
     Slot(index).state()
 }
 
-/// Records that the current task reached `point`.
+/// Records that the current task reached `point`; the state of its exit, if it is recorded.
 #[inline(always)]
-pub fn hit_current(point: u8, opens: Opens) {
+pub fn hit_current(point: u8, opens: Opens) -> Option<&'static mut ExitState> {
     let task = current_task();
     let now = now_ns();
     if let Some(state) = exit_state(task) {
         extend(state, point, opens, now);
-        return;
+        return Some(state);
     }
     if opens == Opens::Never || stopped() || !is_target(follow_of(task)) {
-        return;
+        return None;
     }
     let Some(state) = claim_slot(task) else {
         count(counters::STATE_FULL);
-        return;
+        return None;
     };
     open(state, opens != Opens::Start);
     push_hit(&mut state.record, point, now);
+    Some(state)
 }
 
 /// A point of an exit whose record is open.
@@ -231,14 +232,12 @@ fn push_hit(record: &mut ExitRecord, point: u8, now: u64) {
     record.n_hits += 1;
 }
 
-/// Notes the kernel's own `group_dead` for the current task's exit, if it is being recorded.
+/// Notes the kernel's own `group_dead` for an exit.
 #[inline(always)]
-pub fn group_dead_current(group_dead: bool) {
-    if let Some(state) = exit_state(current_task()) {
-        state.record.flags |= FLAG_GROUP_DEAD_EXACT;
-        if group_dead {
-            state.record.flags |= FLAG_GROUP_DEAD;
-        }
+pub fn note_group_dead(state: &mut ExitState, group_dead: bool) {
+    state.record.flags |= FLAG_GROUP_DEAD_EXACT;
+    if group_dead {
+        state.record.flags |= FLAG_GROUP_DEAD;
     }
 }
 
