@@ -60,6 +60,51 @@ impl KernelBtf {
         Ok(ids)
     }
 
+    /// Looks up the types of all `names` in one pass over the kernel's types, for the lookups
+    /// that follow.
+    pub fn look_up(&self, names: &[&str]) {
+        let mut known = self.ids_by_name.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut found: HashMap<String, Vec<u32>> = names
+            .iter()
+            .filter(|name| !known.contains_key(**name))
+            .map(|name| ((*name).to_owned(), Vec::new()))
+            .collect();
+        let alternatives: Vec<String> = found.keys().map(|name| regex::escape(name)).collect();
+        if alternatives.is_empty() {
+            return;
+        }
+        let Ok(names) = regex::Regex::new(&format!("^(?:{})$", alternatives.join("|"))) else {
+            return;
+        };
+        let Ok(ids) = self.btf.resolve_ids_by_regex(&names) else { return };
+        for id in ids {
+            let name = self
+                .btf
+                .resolve_type_by_id(id)
+                .ok()
+                .and_then(|t| t.as_btf_type().and_then(|t| self.btf.resolve_name(t).ok()));
+            if let Some(ids) = name.and_then(|name| found.get_mut(&name)) {
+                ids.push(id);
+            }
+        }
+        known.extend(found);
+    }
+
+    /// Looks up the typedefs of `tracepoints` and the `functions` in one pass (see
+    /// [`KernelBtf::look_up`]).
+    pub fn look_up_probes<'a>(
+        &self,
+        tracepoints: impl IntoIterator<Item = &'a str>,
+        functions: impl IntoIterator<Item = &'a str>,
+    ) {
+        let typedefs: Vec<String> = tracepoints.into_iter().map(tracepoint_typedef).collect();
+        let mut names: Vec<&str> = typedefs.iter().map(String::as_str).collect();
+        for function in functions {
+            names.push(function);
+        }
+        self.look_up(&names);
+    }
+
     /// The types named `name`.
     fn types_named(&self, name: &str) -> Result<Vec<Type>, btf_rs::Error> {
         self.ids_named(name)?.into_iter().map(|id| self.btf.resolve_type_by_id(id)).collect()
@@ -149,6 +194,8 @@ pub struct KernelLayout {
 
 impl KernelLayout {
     pub fn read(btf: &KernelBtf) -> Result<Self, BtfError> {
+        let exit_tp = tracepoint_typedef("sched_process_exit");
+        btf.look_up(&["task_struct", "nsproxy", "signal_struct", "work_struct", &exit_tp]);
         let task = |field| btf.field_offset("task_struct", field);
         Ok(Self {
             task_pid: task("pid")?,
@@ -258,6 +305,22 @@ impl KernelBtf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_looked_up_in_one_pass_have_the_ids_of_a_lookup_each() {
+        let btf = KernelBtf::load().expect("this machine has kernel BTF");
+        // A struct, a tracepoint's typedef, a function, a typedef, a name with regex
+        // metacharacters, and one no type has.
+        let names = ["task_struct", "btf_trace_sched_switch", "do_exit", "u32", "a.b+", "no_such"];
+        btf.look_up(&names);
+        let looked_up = btf.ids_by_name.lock().unwrap().clone();
+        for name in names {
+            let each = btf.btf.resolve_ids_by_name(name).unwrap();
+            assert_eq!(looked_up.get(name), Some(&each), "{name}");
+        }
+        assert!(!looked_up["task_struct"].is_empty());
+        assert!(looked_up["no_such"].is_empty());
+    }
 
     #[test]
     fn tracepoint_prototypes_are_read() {

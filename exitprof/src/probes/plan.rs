@@ -428,6 +428,7 @@ impl Plan {
             })?,
             AttachMode::Auto | AttachMode::Tracepoint => {}
         }
+        look_up_types(facts, mode);
         let mut points = Vec::new();
         let mut unavailable = Vec::new();
         for site in SITES {
@@ -565,6 +566,24 @@ impl Plan {
             .join("; ");
         Err(PlanError::MissingBoundary { what, why })
     }
+}
+
+/// Looks up in one pass the BTF types that planning and loading the sites will ask for: the
+/// prototypes of the BTF tracepoints, and the functions where fentry may probe them.
+fn look_up_types(facts: &KernelFacts, mode: AttachMode) {
+    let Some(btf) = &facts.btf else { return };
+    let fentry = facts.fentry.is_ok() && matches!(mode, AttachMode::Auto | AttachMode::Fentry);
+    let tracepoints = SITES.iter().filter_map(|site| match site.hook {
+        Hook::BtfTracepoint(tracepoint) => Some(tracepoint),
+        _ => None,
+    });
+    let functions = SITES.iter().filter(|_| fentry).flat_map(|site| match site.hook {
+        Hook::Function { symbol, renamed, .. } => {
+            std::iter::once(symbol).chain(renamed.iter().copied())
+        }
+        _ => std::iter::once("").chain([].iter().copied()),
+    });
+    btf.look_up_probes(tracepoints.chain([programs::SCHED_PROCESS_EXEC]), functions);
 }
 
 /// Why a function point cannot be probed, when the kernel lacks the mode altogether (said once,
