@@ -8,6 +8,7 @@
 //! - the final free: `sched_process_free`, from the RCU callback `delayed_put_task_struct`.
 
 use aya_ebpf::{
+    EbpfContext as _,
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map, tracepoint},
     maps::{HashMap, PerCpuArray},
     programs::{
@@ -22,6 +23,7 @@ use exitprof_common::{
 
 use crate::{
     exit_state::{key, slot_of},
+    free_watch::{is_watched, unwatch},
     helpers::{current_pid, now_ns, read_at, task_pid_tgid},
     maps::{
         DEFERRED, FREE_IPC_ADDR, FREES_AWAITED, TASK_PID_OFFSET, WORK_FUNC_OFFSET, count, stopped,
@@ -295,6 +297,11 @@ pub fn sys_exit_wait4(ctx: TracePointContext) -> u32 {
 /// attached, say): it is counted lost and its slot released, for the next exit that needs it.
 #[btf_tracepoint]
 pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
+    // The task's address as a number: the context's first argument read as plain memory.
+    let Some(address) = read_at::<u64>(ctx.as_ptr().cast(), 0) else { return 0 };
+    if !is_watched(address) {
+        return 0;
+    }
     let task: Task = ctx.arg(0);
     let key = key(task);
     let (pid, tgid) = task_pid_tgid(task);
@@ -307,9 +314,11 @@ pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
     if let Some(pid) = awaited {
         let now = now_ns();
         emit(DeferredKind::TaskFreed, now, now, u64::from(pid), 0);
-        let _ = FREES_AWAITED.remove(key);
+        if FREES_AWAITED.remove(key).is_ok() {
+            unwatch(address);
+        }
     } else if let Some(slot) = slot_of(key, pid, tgid) {
-        slot.release();
+        slot.release(address);
         count(counters::STALE_RECORD);
         count(counters::EXITS_ENDED);
     }

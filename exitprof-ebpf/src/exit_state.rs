@@ -15,6 +15,7 @@ use exitprof_common::{
 
 use crate::{
     follow::{follow_of, is_target},
+    free_watch::{current_address, unwatch, watch},
     helpers::{
         current_ipc_ns, current_ns_pid_tgid, current_pid_tgid, now_ns, read_at, task_pid_tgid,
     },
@@ -70,11 +71,12 @@ impl Slot {
         EXIT_SLOTS.get_ptr_mut(self.0).map(|state| unsafe { &mut *state })
     }
 
-    /// Frees the slot: the exit it held has ended.
+    /// Frees the slot of the task at `address`: the exit it held has ended.
     #[inline(always)]
-    pub fn release(self) {
+    pub fn release(self, address: u64) {
         if let Some(owner) = owner(self.0) {
             *owner = 0;
+            unwatch(address);
         }
     }
 }
@@ -143,6 +145,7 @@ fn claim_slot(task: Task) -> Option<&'static mut ExitState> {
         .into_iter()
         .find_map(|index| owner(index).filter(|o| **o == 0).map(|o| (index, o)))?;
     *owner = key(task);
+    watch(current_address());
     Slot(index).state()
 }
 
@@ -273,10 +276,16 @@ pub fn finish_exit(task: Task, slot: Slot, state: &mut ExitState, now: u64) {
         count(counters::RINGBUF_FULL);
     }
     let pid = record.pid;
-    slot.release();
+    // `task` is the current task: it is switching out.
+    let address = current_address();
+    slot.release(address);
     // After the record is in the ring buffer: userspace that sees the count also finds it.
     count(counters::EXITS_ENDED);
-    if is_free_sampled(pid) && FREES_AWAITED.insert(key(task), pid, 0).is_err() {
-        count(counters::DEFERRED_STATE_FULL);
+    if is_free_sampled(pid) {
+        if FREES_AWAITED.insert(key(task), pid, 0).is_ok() {
+            watch(address);
+        } else {
+            count(counters::DEFERRED_STATE_FULL);
+        }
     }
 }

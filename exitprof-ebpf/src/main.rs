@@ -1,6 +1,9 @@
 //! exitprof's eBPF programs, one module per probe family.
 #![no_std]
 #![no_main]
+// Atomic read-modify-write, which the BPF target's `core::sync::atomic` does not offer.
+#![feature(core_intrinsics)]
+#![expect(internal_features, reason = "core_intrinsics, for atomic adds (see free_watch)")]
 #![expect(
     clippy::inline_always,
     reason = "the helpers of the per-exit and per-switch paths are inlined into each program \
@@ -15,6 +18,7 @@ mod deferred;
 mod exit_path;
 mod exit_state;
 mod follow;
+mod free_watch;
 mod helpers;
 mod maps;
 mod sampler;

@@ -1,0 +1,64 @@
+//! Which task frees are worth a look. `sched_process_free` fires for every task the machine
+//! frees, and only two kinds need anything: a task that still holds an exit slot (its exit's end
+//! was never seen) and one whose free is awaited (`FREES_AWAITED`). Each of those is counted
+//! here under a hash of its task's address, so that the free of any other task returns having
+//! read one word: neither the task (cold by then, an RCU grace period after its exit) nor the
+//! slots. Tasks that share a hash only cost each other that look.
+
+use core::intrinsics::{AtomicOrdering::Relaxed, atomic_xadd};
+
+use aya_ebpf::{helpers::bpf_get_current_task, macros::map, maps::Array};
+
+/// Counters, a power of two: 4 KiB, which every free reads, so that they stay in the cache;
+/// many times the tasks watched at once (the exits in progress and the awaited frees).
+const WATCHED: u32 = 512;
+
+#[map]
+static FREE_WATCH: Array<u64> = Array::with_max_entries(WATCHED, 0);
+
+/// The current task's address (as [`crate::exit_state::key`] gives it), as a plain number that
+/// can be hashed: the verifier allows no arithmetic on a task pointer.
+#[inline(always)]
+pub fn current_address() -> u64 {
+    // SAFETY: a helper without arguments or side effects.
+    unsafe { bpf_get_current_task() }
+}
+
+/// The counter of the task at `address`. Tasks are slab objects of several KiB: the bits above
+/// the object size tell them apart.
+#[inline(always)]
+fn counter(address: u64) -> Option<*mut u64> {
+    let index = ((address >> 10) ^ (address >> 22)) as u32 & (WATCHED - 1);
+    FREE_WATCH.get_ptr_mut(index)
+}
+
+/// Adds `n` to the counter of the task at `address`, atomically: the programs of every CPU
+/// share it. (`AtomicU64` has no read-modify-write operations on the BPF target, whose ISA has
+/// an atomic add all the same.)
+#[inline(always)]
+fn add(address: u64, n: u64) {
+    if let Some(count) = counter(address) {
+        // SAFETY: an array slot, only ever changed atomically.
+        unsafe { atomic_xadd::<u64, u64, { Relaxed }>(count, n) };
+    }
+}
+
+/// The task at `address` took an exit slot, or its free became awaited.
+#[inline(always)]
+pub fn watch(address: u64) {
+    add(address, 1);
+}
+
+/// The task at `address` gave up its slot, or its awaited free was seen.
+#[inline(always)]
+pub fn unwatch(address: u64) {
+    add(address, u64::MAX);
+}
+
+/// Whether the free of the task at `address` may have something to do.
+#[inline(always)]
+pub fn is_watched(address: u64) -> bool {
+    // SAFETY: an array slot; an aligned 8-byte load is atomic (the BPF target selects no atomic
+    // load, but its loads are single instructions).
+    counter(address).is_some_and(|count| unsafe { core::ptr::read_volatile(count) } != 0)
+}
