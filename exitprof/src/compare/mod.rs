@@ -198,7 +198,9 @@ impl Comparer {
         }
         for side in [&mut on, &mut off] {
             side.session.on_cpu.finish();
-            let (profile, symbols) = (&side.session.profile, &self.facts.kallsyms);
+            let symbols = &self.facts.kallsyms;
+            side.session.blocking.name_stacks(|ip| symbols.name_of(ip).unwrap_or("?").to_owned());
+            let profile = &side.session.profile;
             side.on_cpu = side.session.on_cpu.report(profile, symbols);
             side.blocked_by_stage = side.session.blocking.by_stage(profile, symbols);
         }

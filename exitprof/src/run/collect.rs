@@ -43,13 +43,12 @@ pub async fn collect_until(
 ) -> anyhow::Result<Collected> {
     let Started { mut stop, killer } = started;
     let begin = Instant::now();
-    let (mut probes, mut streams, symbols) = match attached {
+    let (mut probes, mut streams) = match attached {
         Some(a) => {
-            let symbols = a.symbols.clone();
             let (probes, streams) = a.split();
-            (Some(probes), streams, Some(symbols))
+            (Some(probes), streams)
         }
-        None => (None, Streams::default(), None),
+        None => (None, Streams::default()),
     };
     if let Some(probes) = probes.as_deref_mut() {
         maps::set_stopped(&mut probes.ebpf, false)?;
@@ -103,9 +102,6 @@ pub async fn collect_until(
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
-    if let Some(symbols) = symbols {
-        session.blocking.name_stacks(|ip| symbols.name_of(ip).unwrap_or("?").to_owned());
-    }
     Ok(Collected { stop, interrupted, elapsed, unfinished })
 }
 

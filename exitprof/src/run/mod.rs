@@ -188,6 +188,8 @@ pub async fn run(request: &RunRequest) -> anyhow::Result<RunOutcome> {
     attached.detach();
 
     let Collected { stop, interrupted, elapsed, unfinished } = collected;
+    // Named once the probes and their ring buffers are gone: naming reads the whole of kallsyms.
+    session.blocking.name_stacks(|ip| symbols.name_of(ip).unwrap_or("?").to_owned());
     let blocked_in = session.blocking.report(BLOCKED_IN_SHOWN);
     let (blocked_exits, blocked_exits_walked) =
         (session.blocking.blocked_exits, session.blocking.walked_exits);
