@@ -3,7 +3,8 @@
 //! was never seen) and one whose free is awaited (`FREES_AWAITED`). Each of those is counted
 //! here under a hash of its task's address, so that the free of any other task returns having
 //! read one word: neither the task (cold by then, an RCU grace period after its exit) nor the
-//! slots. Tasks that share a hash only cost each other that look.
+//! slots. Tasks that share a hash only cost each other that look, and so does a count left over
+//! by two exits that took one slot at the same instant (see `claim_slot`).
 
 use core::intrinsics::{AtomicOrdering::Relaxed, atomic_xadd};
 

@@ -55,7 +55,8 @@ impl Kallsyms {
     }
 
     /// The function a code address lies in (`None` when addresses are hidden or unknown, e.g.
-    /// code loaded after kallsyms was read, like eBPF programs).
+    /// code loaded after the whole table was read; eBPF programs loaded before are listed as
+    /// `bpf_prog_*`).
     pub fn name_of(&self, addr: u64) -> Option<&str> {
         self.table().name_of(addr)
     }
