@@ -105,6 +105,12 @@ impl KernelBtf {
         self.look_up(&names);
     }
 
+    /// Whether the types named `name` have been looked up.
+    #[cfg(test)]
+    pub fn is_looked_up(&self, name: &str) -> bool {
+        self.ids_by_name.lock().unwrap().contains_key(name)
+    }
+
     /// The types named `name`.
     fn types_named(&self, name: &str) -> Result<Vec<Type>, btf_rs::Error> {
         self.ids_named(name)?.into_iter().map(|id| self.btf.resolve_type_by_id(id)).collect()

@@ -577,12 +577,16 @@ fn look_up_types(facts: &KernelFacts, mode: AttachMode) {
         Hook::BtfTracepoint(tracepoint) => Some(tracepoint),
         _ => None,
     });
-    let functions = SITES.iter().filter(|_| fentry).flat_map(|site| match site.hook {
-        Hook::Function { symbol, renamed, .. } => {
-            std::iter::once(symbol).chain(renamed.iter().copied())
-        }
-        _ => std::iter::once("").chain([].iter().copied()),
-    });
+    let functions = SITES
+        .iter()
+        .filter(|_| fentry)
+        .filter_map(|site| match site.hook {
+            Hook::Function { symbol, renamed, .. } => {
+                Some(std::iter::once(symbol).chain(renamed.iter().copied()))
+            }
+            _ => None,
+        })
+        .flatten();
     btf.look_up_probes(tracepoints.chain([programs::SCHED_PROCESS_EXEC]), functions);
 }
 
@@ -772,6 +776,17 @@ ffffffff810000a0 T release_task
         let planned = plan.points.iter().find(|p| p.site == FREE_IPC_NS).unwrap();
         assert_eq!((planned.how, planned.target.as_str()), (How::Kprobe, "free_ipc"));
         assert_eq!(planned.note.as_deref(), Some("free_ipc_ns is not a symbol on this kernel"));
+    }
+
+    #[test]
+    fn the_btf_types_of_the_sites_are_looked_up_before_planning() {
+        let facts = facts(KALLSYMS_6_12, true, true);
+        Plan::resolve(&facts, AttachMode::Auto, WANTS).unwrap();
+        let btf = facts.btf.as_ref().unwrap();
+        assert!(btf.is_looked_up("btf_trace_sched_switch"));
+        assert!(btf.is_looked_up("do_exit") && btf.is_looked_up("free_ipc"));
+        // Only names: the empty one would list every anonymous type of the kernel.
+        assert!(!btf.is_looked_up(""));
     }
 
     #[test]
