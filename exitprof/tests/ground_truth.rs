@@ -182,11 +182,12 @@ fn a_thread_blocked_on_mmap_lock_is_named_with_its_block() {
     let out = dir.path().join("hold");
     // 3072 MiB (one 64 MiB file mapped again and again): mprotect holds mmap_lock for writing
     // some 60 ms here, of which the thread's exit waits the last 50 (it begins 10 ms after the
-    // holder's timestamp, or as soon after as it sees the holder inside mprotect). Under emulation the hold is long enough to outweigh some 30 probe
-    // hits of ~100 µs each, and the part of the exit before its block, which the remaining hold
-    // includes (up to 7 ms there), stays well within the 20 % below. Both threads share one
-    // CPU, so that the order of events is the scheduler's, not a race between two CPUs; the
-    // program fails when the exit did not begin inside the hold (see lock_hold.c).
+    // holder's timestamp, or as soon after as it sees the holder inside mprotect). Under
+    // emulation the hold is long enough to outweigh some 30 probe hits of ~100 µs each, and the
+    // part of the exit before its block, which the remaining hold includes (up to 7 ms there),
+    // stays well within the 20 % below. Both threads share one CPU, so that the order of events
+    // is the scheduler's, not a race between two CPUs; the program fails when the exit did not
+    // begin inside the hold (see lock_hold.c).
     let doc = profile("lock_hold", &["3072", out.to_str().unwrap()]);
     let remaining = measured(&out, "remaining_ns");
     let stage = assert_holds(&doc, "exit_mm");
