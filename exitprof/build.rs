@@ -1,4 +1,6 @@
-//! Builds the eBPF object (`exitprof-ebpf`) and leaves it in `OUT_DIR` for `include_bytes!`.
+//! Builds the eBPF objects (`exitprof-ebpf`) and leaves them in `OUT_DIR` for `include_bytes!`:
+//! `exitprof`, and `exitprof-compat` (its `compat` feature) for kernels that lack what the first
+//! one uses.
 //!
 //! Without the eBPF toolchain (no bpf-linker on PATH, or `AYA_BUILD_SKIP=1`) it leaves an empty
 //! stub instead, so `cargo check`, `clippy` and the unit tests work anywhere; a binary carrying
@@ -26,14 +28,27 @@ fn main() -> anyhow::Result<()> {
         println!(
             "cargo:warning={why}: exitprof is built with a stub eBPF object and will refuse to run; `cargo xtask setup` installs the eBPF toolchain"
         );
-        fs::write(out_dir.join("exitprof"), []).context("writing the stub eBPF object")?;
+        for object in ["exitprof", COMPAT] {
+            fs::write(out_dir.join(object), []).context("writing the stub eBPF objects")?;
+        }
         return Ok(());
     }
     let ebpf_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?).join("../exitprof-ebpf");
     let root_dir = ebpf_dir.canonicalize().context("locating exitprof-ebpf")?;
     let root_dir = root_dir.to_str().context("exitprof-ebpf path is not UTF-8")?;
-    aya_build::build_ebpf(
-        [Package { name: "exitprof-ebpf", root_dir, ..Default::default() }],
-        Toolchain::default(),
-    )
+    // One package, two builds: aya-build names each object after the binary, so the compat
+    // build's is renamed before the default build writes its own.
+    let build = |features| {
+        aya_build::build_ebpf(
+            [Package { name: "exitprof-ebpf", root_dir, features, ..Default::default() }],
+            Toolchain::default(),
+        )
+    };
+    build(&["compat"])?;
+    fs::rename(out_dir.join("exitprof"), out_dir.join(COMPAT))
+        .context("naming the compat eBPF object")?;
+    build(&[])
 }
+
+/// The compat object's name in `OUT_DIR`.
+const COMPAT: &str = "exitprof-compat";

@@ -5,10 +5,11 @@
 /// The ring buffer had no room for an exit record.
 pub const RINGBUF_FULL: u32 = 0;
 /// Both slots an exit could take were held by other exits in progress: the exit is not recorded.
+/// Counted once per exit (the exit is remembered as refused, and not opened again later).
 pub const STATE_FULL: u32 = 1;
-/// Whether a task is followed could not be decided: an exit's task had no mark within the
-/// generations of ancestors looked through, or a followed process's mark could not be passed on
-/// to the thread that took the process over by exec. Its exits are not recorded.
+/// Whether an exit is part of the target could not be decided (its task had no mark within the
+/// generations of ancestors looked through), and nothing else chose it: it is not recorded.
+/// Counted once per exit, as `STATE_FULL`.
 pub const FOLLOW_UNKNOWN: u32 = 2;
 /// The ring buffer had no room for a deferred-work record.
 pub const DEFERRED_RINGBUF_FULL: u32 = 3;
@@ -21,7 +22,8 @@ pub const STALE_RECORD: u32 = 4;
 pub const UNSEEN_RETURN: u32 = 5;
 /// Exit records opened.
 pub const EXITS_OPENED: u32 = 6;
-/// Exit records ended: sent, or dropped and counted under `RINGBUF_FULL` or `STALE_RECORD`.
+/// Exit records of the current run ended: sent, or dropped and counted under `RINGBUF_FULL` or
+/// `STALE_RECORD` (exits opened in an earlier run end under `STRAY_ENDS`).
 pub const EXITS_ENDED: u32 = 7;
 /// Blocks whose kernel stack was walked.
 pub const STACKS_WALKED: u32 = 8;
@@ -35,5 +37,20 @@ pub const SAMPLES_LOST: u32 = 11;
 /// Deferred work in progress that could not be noted (its map was full): a `free_ipc` run or a
 /// reap that goes unreported.
 pub const DEFERRED_STATE_FULL: u32 = 12;
+/// Kernel stacks of blocks dropped because their ring buffer was full: the exit is recorded, the
+/// block's time goes without its stack.
+pub const BLOCK_STACKS_LOST: u32 = 13;
+/// Exits refused (`STATE_FULL`, `FOLLOW_UNKNOWN`) that could not be remembered as such (the map
+/// of refused exits was full): each may have been counted again, or recorded, at a later point.
+pub const REFUSALS_FORGOTTEN: u32 = 14;
+/// Exits opened in an earlier run that ended in this one: neither recorded nor lost here (their
+/// run counted them unfinished).
+pub const STRAY_ENDS: u32 = 15;
+/// Followed processes whose mark could not be kept for a thread that takes them over by exec
+/// (the map of such marks was full): their exits after the exec may go unrecorded, uncounted.
+pub const MARKS_NOT_PASSED: u32 = 16;
+/// Cgroups made or removed whose path could not be sent (the ring buffer was full): exits in
+/// them are grouped under their cgroup's id, not its name. Not a loss of exits.
+pub const CGROUP_NAMES_LOST: u32 = 17;
 /// Number of counters.
-pub const COUNT: u32 = 13;
+pub const COUNT: u32 = 18;

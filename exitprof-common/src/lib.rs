@@ -5,11 +5,12 @@
 //! exit functions in [`point`] name the eBPF object's maps, globals and programs for both sides.
 #![no_std]
 
+pub mod cgroup;
 pub mod counters;
 pub mod deferred;
 pub mod names;
 pub mod point;
 pub mod record;
-pub mod sample;
 pub mod sizes;
+pub mod stack;
 pub mod task;

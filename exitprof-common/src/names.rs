@@ -18,7 +18,8 @@ macro_rules! names {
 pub mod maps {
     names! {
         /// The marks of followed tasks, in their local storage (`crate::task::TaskMark`):
-        /// userspace marks the processes to follow through their pidfds.
+        /// userspace marks the processes to follow through their pidfds. In the compat object
+        /// a hash by pid (`crate::task::PidMark`).
         TASKS,
         /// The state of each exit in progress, an array sized at load time (a power of two).
         EXIT_SLOTS,
@@ -31,11 +32,15 @@ pub mod maps {
         EXITS,
         /// Deferred-work records, a ring buffer.
         DEFERRED,
-        /// On-CPU samples of followed exits (`crate::sample::Sample`), a ring buffer.
-        SAMPLES,
+        /// Kernel stacks of followed exits (`crate::stack::StackRecord`): on-CPU samples and
+        /// the blocks whose stack was taken, a ring buffer.
+        STACKS,
+        /// The cgroups made and removed (`crate::cgroup::CgroupRecord`), a ring buffer.
+        CGROUPS,
         /// Per-CPU counters, indexed by [`crate::counters`].
         COUNTERS,
-        /// Settings changed while the programs run (slot 0: stop opening exit records).
+        /// Settings changed while the programs run (slot 0: stop opening exit records; slot 1:
+        /// the run's number, which each exit record carries).
         CONTROL,
     }
 }
@@ -47,8 +52,10 @@ pub mod globals {
         TRACE_ALL,
         /// Kernel stacks walked per second and CPU where exits block, at most (0: none).
         BLOCK_WALKS_PER_SEC,
-        /// Unread bytes of a ring buffer above which a new record wakes userspace.
-        WAKEUP_BYTES,
+        /// Unread bytes of each ring buffer above which a new record wakes userspace.
+        EXITS_WAKEUP_BYTES,
+        DEFERRED_WAKEUP_BYTES,
+        STACKS_WAKEUP_BYTES,
         /// Record the exits of tasks with this name.
         TARGET_COMM,
         /// Device and inode of exitprof's PID namespace (0 in the initial one).
@@ -86,6 +93,18 @@ pub mod globals {
         WORK_FUNC_OFFSET,
         /// Address of `free_ipc`.
         FREE_IPC_ADDR,
+    }
+}
+
+/// Globals only the compat object has (kernels without what the default object uses).
+pub mod compat_globals {
+    names! {
+        /// `offsetof(struct task_struct, __state)` (`state` before 5.14).
+        TASK_STATE_OFFSET,
+        /// `offsetof(struct task_struct, start_boottime)`.
+        TASK_START_BOOTTIME_OFFSET,
+        /// Nanoseconds of a clock tick (`USER_HZ`), as `/proc/PID/stat` counts start times.
+        NS_PER_TICK,
     }
 }
 
@@ -184,6 +203,9 @@ pub mod programs {
     /// `tp_btf/sched_process_exec`: passes a process's mark on to the thread that takes it
     /// over by exec.
     pub const SCHED_PROCESS_EXEC: &str = "sched_process_exec";
+    /// `cgroup:cgroup_mkdir` and `cgroup:cgroup_rmdir`: the paths of cgroups made and removed.
+    pub const CGROUP_MKDIR: &str = "cgroup_mkdir";
+    pub const CGROUP_RMDIR: &str = "cgroup_rmdir";
     /// The perf-event program of the sampling clock.
     pub const SAMPLE_CPU: &str = "sample_cpu";
 }

@@ -24,6 +24,24 @@ pub struct TaskMark {
     pub follow: u32,
 }
 
+/// A process's mark where tasks have no local storage for tracing programs (before Linux 5.13):
+/// kept by the process's pid (the initial PID namespace's), with the process's start time in
+/// clock ticks (`/proc/PID/stat`'s 22nd field, the kernel's `start_boottime`), so that a process
+/// that reuses the pid is never taken for the one marked.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct PidMark {
+    pub follow: u32,
+    pad: u32,
+    pub start_ticks: u64,
+}
+
+impl PidMark {
+    pub const fn new(follow: u32, start_ticks: u64) -> Self {
+        Self { follow, pad: 0, start_ticks }
+    }
+}
+
 /// How a descendant (a thread, a child, ...) of a task marked `follow` is followed, if nothing
 /// nearer is marked: a driver's own exit is left out, those of the tasks it creates are not.
 pub const fn inherited(follow: u32) -> u32 {
@@ -36,3 +54,7 @@ pub const fn inherited(follow: u32) -> u32 {
 #[cfg(feature = "user")]
 // SAFETY: a plain `#[repr(C)]` integer.
 unsafe impl aya::Pod for TaskMark {}
+
+#[cfg(feature = "user")]
+// SAFETY: plain `#[repr(C)]` integers, no padding left implicit.
+unsafe impl aya::Pod for PidMark {}

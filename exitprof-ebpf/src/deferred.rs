@@ -22,13 +22,14 @@ use exitprof_common::{
 };
 
 use crate::{
-    exit_state::{key, slot_of},
+    exit_state::{end_lost, key, slot_of},
     free_watch::{is_watched, unwatch},
     helpers::{current_pid, now_ns, read_at, task_pid_tgid},
     maps::{
-        DEFERRED, FREE_IPC_ADDR, FREES_AWAITED, TASK_PID_OFFSET, WORK_FUNC_OFFSET, count, stopped,
-        wakeup_flag,
+        DEFERRED, DEFERRED_WAKEUP_BYTES, FREE_IPC_ADDR, FREES_AWAITED, TASK_PID_OFFSET,
+        WORK_FUNC_OFFSET, count, stopped, wakeup_flag,
     },
+    marks, refusals,
     task_storage::Task,
 };
 
@@ -70,7 +71,10 @@ static REAPING: HashMap<u32, (u32, u64)> = HashMap::with_max_entries(4096, 0);
 fn emit(kind: DeferredKind, start_ns: u64, end_ns: u64, object: u64, wait_ns: u64) {
     let record =
         DeferredRecord { kind: kind as u32, pid: current_pid(), start_ns, end_ns, object, wait_ns };
-    if DEFERRED.output::<DeferredRecord>(record, wakeup_flag(&DEFERRED)).is_err() {
+    if DEFERRED
+        .output::<DeferredRecord>(record, wakeup_flag(&DEFERRED, &DEFERRED_WAKEUP_BYTES))
+        .is_err()
+    {
         count(counters::DEFERRED_RINGBUF_FULL);
     }
 }
@@ -295,10 +299,12 @@ pub fn sys_exit_wait4(ctx: TracePointContext) -> u32 {
 /// free of a task whose exit was recorded (one in `FREES_SAMPLED`) is reported. An exit still
 /// open when its task is freed never showed its end (it began before a probe it needed was
 /// attached, say): it is counted lost and its slot released, for the next exit that needs it.
+/// A refused exit's task is forgotten.
 #[btf_tracepoint]
 pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
     // The task's address as a number: the context's first argument read as plain memory.
     let Some(address) = read_at::<u64>(ctx.as_ptr().cast(), 0) else { return 0 };
+    marks::forget_freed(ctx.arg(0));
     if !is_watched(address) {
         return 0;
     }
@@ -318,9 +324,12 @@ pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
             unwatch(address);
         }
     } else if let Some(slot) = slot_of(key, pid, tgid) {
+        if let Some(state) = slot.state() {
+            end_lost(state, counters::STALE_RECORD);
+        }
         slot.release(address);
-        count(counters::STALE_RECORD);
-        count(counters::EXITS_ENDED);
+    } else if refusals::forget(key) {
+        unwatch(address);
     }
     0
 }

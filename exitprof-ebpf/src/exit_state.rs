@@ -2,27 +2,35 @@
 //! probe point of an exit, extended by every later point, sent to userspace and released at the
 //! final switch-out.
 
-use aya_ebpf::helpers::bpf_get_smp_processor_id;
+use aya_ebpf::{
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_smp_processor_id},
+    macros::map,
+    maps::Array,
+};
 use exitprof_common::{
     counters,
     deferred::is_free_sampled,
     point::{Marker, marker_code},
     record::{
-        BLOCK_STACK_DEPTH, ExitRecord, FLAG_GROUP_DEAD, FLAG_GROUP_DEAD_EXACT, FLAG_LATE_START,
-        FLAG_TRUNCATED, MAX_HITS, wire_len,
+        COMM_LEN, ExitRecord, FLAG_GROUP_DEAD, FLAG_GROUP_DEAD_EXACT, FLAG_KIND_KNOWN,
+        FLAG_LATE_START, FLAG_TRUNCATED, MAX_HITS, wire_len,
     },
+    stack::StackRecord,
 };
 
 use crate::{
-    follow::{follow_of, is_target},
-    free_watch::{current_address, unwatch, watch},
+    follow::{Following, following, forget_heir},
+    free_watch::{current_address, is_watched, unwatch, watch},
     helpers::{
-        current_ipc_ns, current_ns_pid_tgid, current_pid_tgid, now_ns, read_at, task_pid_tgid,
+        current_ipc_ns, current_ns_pid_tgid, current_pid_tgid, group_live, is_exiting, now_ns,
+        process_comm, task_pid_tgid,
     },
     maps::{
-        EXIT_OWNERS, EXIT_SLOT_MASK, EXIT_SLOTS, EXITS, FREES_AWAITED, SIGNAL_LIVE_OFFSET,
-        TASK_SIGNAL_OFFSET, count, stopped, wakeup_flag,
+        EXIT_SLOT_MASK, EXIT_SLOTS, EXITS, EXITS_WAKEUP_BYTES, FREES_AWAITED, add, count, epoch,
+        stopped, wakeup_flag,
     },
+    owners::{claim, clear, owner},
+    refusals::{refuse, was_refused},
     sched::back_on_cpu,
     task_storage::{Task, current_task},
 };
@@ -40,20 +48,69 @@ pub enum Opens {
     Never,
 }
 
+/// [`ExitState::flags`]: the task was switched out while still runnable (preempted), so the
+/// time until it runs again is spent waiting for a CPU.
+pub const OFF_RUNNABLE: u32 = 1 << 0;
+/// [`ExitState::flags`]: the exit opened before its task set `PF_EXITING`, and is counted in
+/// [`EARLY_EXITS`] until a probe sees the flag set.
+const EARLY: u32 = 1 << 1;
+
 /// One exit's state, from its first probe point to its final switch-out. Kept by the kernel
-/// side only: userspace receives its `record`.
+/// side only: userspace receives its `record`, and its `block` once for each block whose stack
+/// was taken.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ExitState {
-    /// Frames in `pending_stack` (0: the block in progress has no stack).
-    pub pending_stack_len: u32,
+    /// When the task last switched out while exiting (0 while it is on a CPU).
+    pub off_since_ns: u64,
+    /// Off-CPU time of the exit so far, and the part of it spent runnable (each hit takes a
+    /// copy of both).
+    pub off_cpu_ns: u64,
+    pub runq_ns: u64,
+    /// `OFF_RUNNABLE` and `EARLY` bits.
+    pub flags: u32,
     /// Padding, zero.
     pub pad: u32,
-    /// The kernel stack where the exiting task blocked last, taken as it switched out; it
-    /// becomes the record's `block_stack` if that block turns out to be the exit's longest.
-    pub pending_stack: [u64; BLOCK_STACK_DEPTH],
+    /// The kernel stack where the task blocked last, taken as it switched out (`stack_len` 0:
+    /// none was taken); sent with the block's length when the task is back on a CPU.
+    pub block: StackRecord,
     /// The exit record.
     pub record: ExitRecord,
+}
+
+/// Exits opened before their task set `PF_EXITING` and not yet seen with it. Exits block
+/// before `exit_signals` sets the flag (a tracer's exit stop in `ptrace_event`, the wait for a
+/// core dump in `coredump_task_exit`, cancelling io_uring requests), and in tracepoint mode
+/// they open earlier still (the exit system call, a fatal `SIGKILL`): while this is not zero,
+/// `sched_switch` looks at every task it switches, not only those with `PF_EXITING`.
+#[map]
+static EARLY_EXITS: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Whether any exit in progress has not been seen with `PF_EXITING` yet.
+#[inline(always)]
+pub fn early_exits() -> bool {
+    EARLY_EXITS.get_ptr(0).is_some_and(|count| {
+        // SAFETY: an array slot; an aligned 8-byte load is atomic.
+        unsafe { core::ptr::read_volatile(count) != 0 }
+    })
+}
+
+#[inline(always)]
+fn add_early(n: u64) {
+    if let Some(count) = EARLY_EXITS.get_ptr_mut(0) {
+        // SAFETY: an array slot, changed only atomically.
+        unsafe { add(count, n) };
+    }
+}
+
+/// The exit's task has set `PF_EXITING` (or its exit is over): it no longer needs
+/// `sched_switch` to look at every task.
+#[inline(always)]
+pub fn leave_early(state: &mut ExitState) {
+    if state.flags & EARLY != 0 {
+        state.flags &= !EARLY;
+        add_early(u64::MAX);
+    }
 }
 
 /// An exit's slot: its index in `EXIT_OWNERS` and `EXIT_SLOTS`. Owners are kept apart from the
@@ -74,8 +131,7 @@ impl Slot {
     /// Frees the slot of the task at `address`: the exit it held has ended.
     #[inline(always)]
     pub fn release(self, address: u64) {
-        if let Some(owner) = owner(self.0) {
-            *owner = 0;
+        if clear(self.0) {
             unwatch(address);
         }
     }
@@ -95,13 +151,6 @@ pub fn key(task: Task) -> u64 {
 fn slot_indexes(pid: u32) -> [u32; 2] {
     let mask = EXIT_SLOT_MASK.load();
     [pid & mask, (pid.wrapping_mul(0x9E37_79B1) >> 12) & mask]
-}
-
-/// The owner of slot `index` (0: free).
-#[inline(always)]
-fn owner(index: u32) -> Option<&'static mut u64> {
-    // SAFETY: as [`Slot::state`]; claiming a free slot is the exception (see `claim_slot`).
-    EXIT_OWNERS.get_ptr_mut(index).map(|owner| unsafe { &mut *owner })
 }
 
 /// The slot of `task`'s exit, if it is in progress. Array slots are found without a hash or a
@@ -126,7 +175,7 @@ pub fn slot_of(key: u64, pid: u32, tgid: u32) -> Option<Slot> {
 /// The slot among those of `pid` that `key` owns.
 #[inline(always)]
 fn owned_slot(pid: u32, key: u64) -> Option<Slot> {
-    slot_indexes(pid).into_iter().find(|&index| owner(index).is_some_and(|o| *o == key)).map(Slot)
+    slot_indexes(pid).into_iter().find(|&index| owner(index) == key).map(Slot)
 }
 
 /// The state of `task`'s exit, if it is in progress.
@@ -135,17 +184,16 @@ pub fn exit_state(task: Task) -> Option<&'static mut ExitState> {
     exit_slot(task)?.state()
 }
 
-/// Takes a free slot for the current task's exit; `None` when both of its slots are held by
-/// other exits in progress: the exit is counted lost. Two exits claiming one slot at the same
-/// instant from two CPUs both take it and the later one keeps it; the other's record never
-/// ends, and userspace counts it unfinished, a loss.
+/// Takes a free slot for the current task's exit: each of its two slots is claimed atomically
+/// (`crate::owners`), so that two exits claiming one slot from two CPUs at the same instant
+/// never both take it. `None` when other exits in progress hold both.
 #[inline(always)]
-fn claim_slot(task: Task) -> Option<&'static mut ExitState> {
-    let (index, owner) = slot_indexes(task_pid_tgid(task).0)
+fn claim_slot(task: Task, address: u64) -> Option<&'static mut ExitState> {
+    let claimed = key(task);
+    let index = slot_indexes(task_pid_tgid(task).0)
         .into_iter()
-        .find_map(|index| owner(index).filter(|o| **o == 0).map(|o| (index, o)))?;
-    *owner = key(task);
-    watch(current_address());
+        .find(|&index| owner(index) == 0 && claim(index, claimed))?;
+    watch(address);
     Slot(index).state()
 }
 
@@ -155,39 +203,66 @@ pub fn hit_current(point: u8, opens: Opens) -> Option<&'static mut ExitState> {
     let task = current_task();
     let now = now_ns();
     if let Some(state) = exit_state(task) {
-        extend(state, point, opens, now);
+        extend(task, state, point, opens, now);
         return Some(state);
     }
-    if opens == Opens::Never || stopped() || !is_target(follow_of(task)) {
+    if opens == Opens::Never || stopped() {
         return None;
     }
-    let Some(state) = claim_slot(task) else {
-        count(counters::STATE_FULL);
-        return None;
-    };
-    open(state, opens != Opens::Start);
-    push_hit(&mut state.record, point, now);
+    let state = open_exit(task)?;
+    start(task, state, opens != Opens::Start);
+    push_hit(state, point, now);
     Some(state)
+}
+
+/// A slot for the current task's exit, if the exit is part of the target. An exit of the target
+/// that cannot be recorded (no free slot, or its following cannot be decided) is counted lost
+/// once, and remembered: a later point of it opens nothing and counts nothing.
+#[inline(always)]
+fn open_exit(task: Task) -> Option<&'static mut ExitState> {
+    let address = current_address();
+    if is_watched(address) && was_refused(address) {
+        return None;
+    }
+    match following(task) {
+        Following::Target => {}
+        Following::NotTarget => return None,
+        Following::Undecided => {
+            refuse(address, counters::FOLLOW_UNKNOWN);
+            return None;
+        }
+    }
+    let state = claim_slot(task, address);
+    if state.is_none() {
+        refuse(address, counters::STATE_FULL);
+    }
+    state
 }
 
 /// A point of an exit whose record is open.
 #[inline(always)]
-fn extend(state: &mut ExitState, point: u8, opens: Opens, now: u64) {
+fn extend(task: Task, state: &mut ExitState, point: u8, opens: Opens, now: u64) {
     returned_unseen(state, now);
     if opens == Opens::Start {
         // A task exits once: a second start means the first record lost its end.
-        count(counters::STALE_RECORD);
-        count(counters::EXITS_ENDED);
-        open(state, false);
+        end_lost(state, counters::STALE_RECORD);
+        start(task, state, false);
+    } else if is_exiting(task) {
+        leave_early(state);
     }
-    push_hit(&mut state.record, point, now);
+    push_hit(state, point, now);
 }
 
 /// Starts the current task's exit record.
 #[inline(always)]
-fn open(state: &mut ExitState, late: bool) {
+fn start(task: Task, state: &mut ExitState, late: bool) {
     let (pid, tgid) = current_pid_tgid();
     let (ns_pid, ns_tgid) = current_ns_pid_tgid();
+    state.off_since_ns = 0;
+    state.off_cpu_ns = 0;
+    state.runq_ns = 0;
+    state.flags = 0;
+    state.block.stack_len = 0;
     let record = &mut state.record;
     record.pid = pid;
     record.tgid = tgid;
@@ -196,22 +271,30 @@ fn open(state: &mut ExitState, late: bool) {
     record.n_hits = 0;
     record.lost_hits = 0;
     record.flags = if late { FLAG_LATE_START } else { 0 };
-    record.off_cpu_ns = 0;
-    record.runq_ns = 0;
-    record.longest_block_ns = 0;
-    record.block_stack_ns = 0;
-    record.off_since_ns = 0;
-    record.block_stack_len = 0;
-    record.block_stack_hit = 0;
+    record.epoch = epoch();
+    record.blocks = 0;
     record.ipc_ns = current_ipc_ns();
+    // SAFETY: a helper without arguments or side effects.
+    record.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    record.comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+    record.process_comm = if pid == tgid { record.comm } else { process_comm(task) };
+    if !is_exiting(task) {
+        state.flags |= EARLY;
+        add_early(1);
+        // Before `PF_EXITING`, `do_exit` has not yet taken the task out of its group's live
+        // threads: the only live one ends the group.
+        if group_live(task) == Some(1) {
+            record.flags |= FLAG_KIND_KNOWN | FLAG_GROUP_DEAD;
+        }
+    }
     count(counters::EXITS_OPENED);
 }
 
-/// The current task runs, so it is back on a CPU: if its record still says it is off-CPU, no
+/// The current task runs, so it is back on a CPU: if its state still says it is off-CPU, no
 /// `sched_switch` showed its return, and its interval closes now, late.
 #[inline(always)]
 fn returned_unseen(state: &mut ExitState, now: u64) {
-    if state.record.off_since_ns != 0 {
+    if state.off_since_ns != 0 {
         count(counters::UNSEEN_RETURN);
         back_on_cpu(state, now);
     }
@@ -220,7 +303,9 @@ fn returned_unseen(state: &mut ExitState, now: u64) {
 /// Appends one hit. The last slot is kept for the final switch-out: a record that runs out of
 /// slots loses the hits in between, is flagged truncated, and still ends where the exit ended.
 #[inline(always)]
-fn push_hit(record: &mut ExitRecord, point: u8, now: u64) {
+fn push_hit(state: &mut ExitState, point: u8, now: u64) {
+    let (off_cpu_ns, runq_ns) = (state.off_cpu_ns, state.runq_ns);
+    let record = &mut state.record;
     let i = record.n_hits as usize;
     let last = point == marker_code(Marker::FinalSwitch);
     if i >= MAX_HITS || (i == MAX_HITS - 1 && !last) {
@@ -230,31 +315,43 @@ fn push_hit(record: &mut ExitRecord, point: u8, now: u64) {
     }
     record.points[i] = point;
     record.hits[i].ts_ns = now;
-    record.hits[i].off_cpu_ns = record.off_cpu_ns;
-    record.hits[i].runq_ns = record.runq_ns;
+    record.hits[i].off_cpu_ns = off_cpu_ns;
+    record.hits[i].runq_ns = runq_ns;
     record.n_hits += 1;
 }
 
 /// Notes the kernel's own `group_dead` for an exit.
 #[inline(always)]
 pub fn note_group_dead(state: &mut ExitState, group_dead: bool) {
-    state.record.flags |= FLAG_GROUP_DEAD_EXACT;
+    state.record.flags |= FLAG_GROUP_DEAD_EXACT | FLAG_KIND_KNOWN;
     if group_dead {
         state.record.flags |= FLAG_GROUP_DEAD;
+    } else {
+        state.record.flags &= !FLAG_GROUP_DEAD;
     }
 }
 
-/// Where the kernel's `group_dead` was not seen: the exit ended its group if no thread of it is
-/// still alive at its end (`signal->live`, which `do_exit` decrements early on). Two threads
-/// ending their exits at once may both see 0.
+/// Where the kernel's `group_dead` was not seen and the exit's start did not settle it: a
+/// thread of the group still alive at the exit's end (`signal->live`, which `do_exit`
+/// decrements early on) makes it a thread's exit. With none alive the kind stays unknown: the
+/// task may have been the last to leave, or only one of the last.
 #[inline(always)]
-fn classify_group_dead(task: Task, record: &mut ExitRecord) {
-    if record.flags & FLAG_GROUP_DEAD_EXACT != 0 {
-        return;
+fn classify_at_end(task: Task, record: &mut ExitRecord) {
+    if record.flags & FLAG_KIND_KNOWN == 0 && group_live(task).is_some_and(|live| live > 0) {
+        record.flags |= FLAG_KIND_KNOWN;
     }
-    let signal = read_at::<u64>(task.cast(), TASK_SIGNAL_OFFSET.load()).unwrap_or(0);
-    if signal != 0 && read_at::<i32>(signal as *const u8, SIGNAL_LIVE_OFFSET.load()) == Some(0) {
-        record.flags |= FLAG_GROUP_DEAD;
+}
+
+/// The exit has ended in `state` without a record: counted lost under `cause` if it belongs to
+/// this run, else as an end of an earlier run's exit.
+#[inline(always)]
+pub fn end_lost(state: &mut ExitState, cause: u32) {
+    leave_early(state);
+    if state.record.epoch == epoch() {
+        count(cause);
+        count(counters::EXITS_ENDED);
+    } else {
+        count(counters::STRAY_ENDS);
     }
 }
 
@@ -263,22 +360,22 @@ fn classify_group_dead(task: Task, record: &mut ExitRecord) {
 #[inline(always)]
 pub fn finish_exit(task: Task, slot: Slot, state: &mut ExitState, now: u64) {
     returned_unseen(state, now);
-    let record = &mut state.record;
-    push_hit(record, marker_code(Marker::FinalSwitch), now);
-    classify_group_dead(task, record);
-    // SAFETY: no side effects.
-    record.cpu = unsafe { bpf_get_smp_processor_id() };
-    let n = record.n_hits as usize;
-    let len = wire_len(if n > MAX_HITS { MAX_HITS } else { n });
-    // SAFETY: `len` never exceeds the size of the record it is read from.
-    let bytes = unsafe { core::slice::from_raw_parts((&raw const *record).cast::<u8>(), len) };
-    if EXITS.output::<[u8]>(bytes, wakeup_flag(&EXITS)).is_err() {
-        count(counters::RINGBUF_FULL);
+    push_hit(state, marker_code(Marker::FinalSwitch), now);
+    leave_early(state);
+    // Opened in an earlier run, which counted it unfinished: neither sent nor counted here.
+    let this_run = state.record.epoch == epoch();
+    if this_run {
+        send(task, &mut state.record);
     }
-    let pid = record.pid;
+    let pid = state.record.pid;
+    forget_heir(task);
     // `task` is the current task: it is switching out.
     let address = current_address();
     slot.release(address);
+    if !this_run {
+        count(counters::STRAY_ENDS);
+        return;
+    }
     // After the record is in the ring buffer: userspace that sees the count also finds it.
     count(counters::EXITS_ENDED);
     if is_free_sampled(pid) {
@@ -287,5 +384,20 @@ pub fn finish_exit(task: Task, slot: Slot, state: &mut ExitState, now: u64) {
         } else {
             count(counters::DEFERRED_STATE_FULL);
         }
+    }
+}
+
+/// Sends the record of an exit that has ended (or counts it lost, the ring buffer full).
+#[inline(always)]
+fn send(task: Task, record: &mut ExitRecord) {
+    classify_at_end(task, record);
+    // SAFETY: no side effects.
+    record.cpu = unsafe { bpf_get_smp_processor_id() };
+    let n = record.n_hits as usize;
+    let len = wire_len(if n > MAX_HITS { MAX_HITS } else { n });
+    // SAFETY: `len` never exceeds the size of the record it is read from.
+    let bytes = unsafe { core::slice::from_raw_parts((&raw const *record).cast::<u8>(), len) };
+    if EXITS.output::<[u8]>(bytes, wakeup_flag(&EXITS, &EXITS_WAKEUP_BYTES)).is_err() {
+        count(counters::RINGBUF_FULL);
     }
 }

@@ -4,12 +4,14 @@
 //! kernel side marks a task in one case only: a thread that takes its process over by exec.
 
 use aya_ebpf::{
-    cty::c_void,
-    helpers::{bpf_get_current_comm, generated::bpf_loop},
+    bindings::BPF_NOEXIST,
+    helpers::bpf_get_current_comm,
     macros::{btf_tracepoint, map},
-    maps::HashMap,
+    maps::{Array, HashMap},
     programs::BtfTracePointContext,
 };
+#[cfg(not(feature = "compat"))]
+use aya_ebpf::{cty::c_void, helpers::generated::bpf_loop};
 use exitprof_common::{
     counters,
     sizes::COMM_LEN,
@@ -17,42 +19,91 @@ use exitprof_common::{
 };
 
 use crate::{
-    helpers::{exec_thread_pid, group_leader, real_parent, signal_of, task_pid_tgid},
-    maps::{TARGET_COMM, TASKS, TRACE_ALL, count},
+    helpers::{
+        EEXIST, exec_thread_pid, group_leader, group_live, real_parent, signal_of, task_pid_tgid,
+    },
+    maps::{TARGET_COMM, TRACE_ALL, add, count},
+    marks::{mark, set_mark},
     task_storage::Task,
 };
 
-/// Generations of parents looked through for a mark: more than a storm (1), a build under a
-/// shell (some 5) or a service's tree needs. A walk that runs out is counted
-/// (`FOLLOW_UNKNOWN`): its exit may have been followed.
-const ANCESTRY_DEPTH: u32 = 12;
+/// Generations of parents looked through for a mark: many times what a storm (1), a build under
+/// a shell (some 5) or a container's tree (some 10) needs. The walk stops at the first mark or at
+/// the root, so only a tree this deep costs this many steps. A walk that runs out leaves its
+/// exit undecided: counted lost (`FOLLOW_UNKNOWN`) unless something else chooses it.
+#[cfg(not(feature = "compat"))]
+const ANCESTRY_DEPTH: u32 = 64;
+
+/// Without `bpf_loop` (before 5.17) the walk is a bounded loop, which the verifier follows
+/// generation by generation: fewer of them.
+#[cfg(feature = "compat")]
+const ANCESTRY_DEPTH: u32 = 24;
+
+/// Whether an exit is part of the target.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Following {
+    Target,
+    NotTarget,
+    /// No mark was found within [`ANCESTRY_DEPTH`] generations, and neither `--all` nor
+    /// `--comm` chose it: it may have descended from a followed process.
+    Undecided,
+}
+
+/// Whether the exit of `task`, which is opening, is part of the target.
+#[inline(always)]
+pub fn following(task: Task) -> Following {
+    let (follow, decided) = follow_of(task);
+    match follow {
+        FOLLOWED => Following::Target,
+        // A driver's own exit, and exitprof's, are never part of the target.
+        DRIVER | EXCLUDED => Following::NotTarget,
+        _ if TRACE_ALL.load() != 0 || (follows_by_name() && current_comm_is_target()) => {
+            Following::Target
+        }
+        _ if decided => Following::NotTarget,
+        _ => Following::Undecided,
+    }
+}
 
 /// How `task` is followed: by its own mark, else as its thread-group leader's mark or the one of
-/// the nearest marked ancestor of that leader says. Marks are on leaders only (userspace marks
-/// processes through pidfds, which name leaders), so only leaders are looked at: the parent
-/// (`real_parent`, the thread that created the process) counts through its leader. An orphan
-/// that was reparented outside the marked tree is not followed any more. Called as `task`'s exit
-/// opens.
+/// the nearest marked ancestor of that leader says; and whether that was decided (a mark, or the
+/// root of every tree, was reached). Marks are on leaders only (userspace marks processes through
+/// pidfds, which name leaders), so only leaders are looked at: the parent (`real_parent`, the
+/// thread that created the process) counts through its leader. An orphan that was reparented
+/// outside the marked tree is not followed any more.
 #[inline(always)]
-pub fn follow_of(task: Task) -> u32 {
+fn follow_of(task: Task) -> (u32, bool) {
     if let Some(mark) = mark(task) {
-        note_exec_heir(task, mark);
-        return mark;
+        note_heir(task, mark);
+        return (mark, true);
     }
-    // The walk is a `bpf_loop` of one generation a step, not an unrolled loop: the verifier
-    // checks the step until its states converge (a couple of times), where it checked every
-    // generation of an unrolled walk, in each program that opens exits, looking the trust of
-    // every pointer loaded up by name in the kernel's BTF (some 2 ms a generation on 6.18).
     let mut walk = Walk { leader: group_leader(task), follow: FOLLOW_NONE, done: 0 };
+    walk_up(&mut walk);
+    (walk.follow, walk.done != 0)
+}
+
+/// The walk is a `bpf_loop` of one generation a step, not an unrolled loop: the verifier checks
+/// the step until its states converge (a couple of times), where it checked every generation of
+/// an unrolled walk, in each program that opens exits, looking the trust of every pointer
+/// loaded up by name in the kernel's BTF (some 2 ms a generation on 6.18).
+#[cfg(not(feature = "compat"))]
+#[inline(always)]
+fn walk_up(walk: &mut Walk) {
     // SAFETY: the callback is a BPF function of the signature bpf_loop expects, and its context
-    // this stack frame's `walk`, which outlives the call.
+    // the caller's `walk`, which outlives the call.
     unsafe {
-        bpf_loop(ANCESTRY_DEPTH, ancestry_step as *mut c_void, (&raw mut walk).cast(), 0);
+        bpf_loop(ANCESTRY_DEPTH, ancestry_step as *mut c_void, core::ptr::from_mut(walk).cast(), 0);
     }
-    if walk.done == 0 {
-        count(counters::FOLLOW_UNKNOWN);
+}
+
+#[cfg(feature = "compat")]
+#[inline(always)]
+fn walk_up(walk: &mut Walk) {
+    for _ in 0..ANCESTRY_DEPTH {
+        if step(walk) {
+            break;
+        }
     }
-    walk.follow
 }
 
 /// A walk up the ancestry, one leader at a time.
@@ -66,48 +117,96 @@ struct Walk {
     done: u32,
 }
 
-/// One generation of [`follow_of`]'s walk: 1 stops the loop.
+/// One generation of [`follow_of`]'s walk as `bpf_loop` calls it: 1 stops the loop.
+#[cfg(not(feature = "compat"))]
 extern "C" fn ancestry_step(_index: u32, walk: *mut c_void) -> i64 {
     // SAFETY: bpf_loop passes the context `follow_of` gave it, a `Walk`.
-    let walk = unsafe { &mut *walk.cast::<Walk>() };
+    i64::from(step(unsafe { &mut *walk.cast::<Walk>() }))
+}
+
+/// One generation of [`follow_of`]'s walk; true when it has its answer.
+#[inline(always)]
+fn step(walk: &mut Walk) -> bool {
     if let Some(mark) = mark(walk.leader) {
         walk.follow = inherited(mark);
         walk.done = 1;
-        return 1;
+        return true;
     }
     let parent = real_parent(walk.leader);
     // The idle task (pid 0) is its own parent, the root of every tree.
     if task_pid_tgid(parent).0 == 0 {
         walk.done = 1;
-        return 1;
+        return true;
     }
     walk.leader = group_leader(parent);
-    0
+    false
 }
 
-/// A process whose leader exits because another of its threads execs lives on in that thread,
-/// which becomes its leader and no longer descends from the old one: the exiting leader's own
-/// mark is noted for it, to be passed on as it finishes its exec ([`sched_process_exec`]).
+/// A marked leader exits. Its process may live on in its other threads, and one of them may
+/// exec: it then becomes the leader, with no mark of its own and no longer descending from the
+/// old leader (whether the old leader exits because of that exec, or had called `pthread_exit`
+/// earlier). The leader's mark is noted for that thread, to be passed on as it finishes its
+/// exec ([`sched_process_exec`]); it is dropped when the process has no live thread left
+/// ([`forget_heir`]).
 #[inline(always)]
-fn note_exec_heir(task: Task, follow: u32) {
+fn note_heir(task: Task, follow: u32) {
     let Some(signal) = signal_of(task) else { return };
-    let Some(pid) = exec_thread_pid(signal) else { return };
-    if HEIRS.insert(signal, Heir { pid, follow }, 0).is_err() {
-        count(counters::FOLLOW_UNKNOWN);
+    // The thread whose exec ends the leader, if one does; any thread that execs later if not.
+    let pid = exec_thread_pid(signal).unwrap_or(0);
+    match HEIRS.insert(signal, Heir { pid, follow }, u64::from(BPF_NOEXIST)) {
+        Ok(()) => add_heirs(1),
+        Err(e) if e == -EEXIST => {}
+        Err(_) => count(counters::MARKS_NOT_PASSED),
     }
 }
 
 /// A mark waiting for the thread that takes its process over by exec.
 #[derive(Clone, Copy)]
 pub struct Heir {
-    /// The thread's pid before its exec took the leader's.
+    /// The pid, before its exec, of the thread whose exec ends the leader; 0 for any thread
+    /// (the leader exited on its own).
     pid: u32,
     follow: u32,
 }
 
 /// Marks waiting for their heirs, by the process's `signal` address.
 #[map]
-static HEIRS: HashMap<u64, Heir> = HashMap::with_max_entries(256, 0);
+static HEIRS: HashMap<u64, Heir> = HashMap::with_max_entries(4096, 0);
+
+/// How many marks wait in `HEIRS`: while none does, an exit's end has nothing to forget there.
+#[map]
+static HEIRS_WAITING: Array<u64> = Array::with_max_entries(1, 0);
+
+#[inline(always)]
+fn add_heirs(n: u64) {
+    if let Some(waiting) = HEIRS_WAITING.get_ptr_mut(0) {
+        // SAFETY: an array slot, changed only atomically.
+        unsafe { add(waiting, n) };
+    }
+}
+
+#[inline(always)]
+fn remove_heir(signal: u64) {
+    if HEIRS.remove(signal).is_ok() {
+        add_heirs(u64::MAX);
+    }
+}
+
+/// The exit of `task` ends: when no thread of its process is left alive, nothing can take the
+/// process over by exec any more, and a mark waiting for that is dropped (a later process
+/// could have the same `signal` address).
+#[inline(always)]
+pub fn forget_heir(task: Task) {
+    // SAFETY: an array slot; an aligned 8-byte load is atomic.
+    let waiting =
+        HEIRS_WAITING.get_ptr(0).is_some_and(|n| unsafe { core::ptr::read_volatile(n) } != 0);
+    if waiting
+        && group_live(task) == Some(0)
+        && let Some(signal) = signal_of(task)
+    {
+        remove_heir(signal);
+    }
+}
 
 /// `sched_process_exec(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)`: a task
 /// finished an exec; if it took its process over from a marked leader, it takes the mark too.
@@ -118,33 +217,17 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> i32 {
     let Some(signal) = signal_of(task) else { return 0 };
     // SAFETY: the value is copied out at once.
     let Some(&heir) = (unsafe { HEIRS.get(signal) }) else { return 0 };
-    if heir.pid != old_pid {
+    // A leader that execs keeps its own task and mark; a thread that takes the process over
+    // had the pid `old_pid` until now.
+    let (pid, _) = task_pid_tgid(task);
+    if old_pid == pid || (heir.pid != 0 && heir.pid != old_pid) {
         return 0;
     }
-    let _ = HEIRS.remove(signal);
-    match TASKS.get_or_create(task) {
-        // SAFETY: the current task's storage.
-        Some(mark) => unsafe { (*mark).follow = heir.follow },
-        None => count(counters::FOLLOW_UNKNOWN),
+    remove_heir(signal);
+    if !set_mark(task, heir.follow) {
+        count(counters::MARKS_NOT_PASSED);
     }
     0
-}
-
-#[inline(always)]
-fn mark(task: Task) -> Option<u32> {
-    // SAFETY: a storage pointer from a successful lookup.
-    TASKS.get(task).map(|mark| unsafe { (*mark).follow })
-}
-
-/// Whether an exit of a task followed as `follow` is recorded.
-#[inline(always)]
-pub fn is_target(follow: u32) -> bool {
-    match follow {
-        FOLLOWED => true,
-        // A driver's own exit, and exitprof's, are never part of the target.
-        DRIVER | EXCLUDED => false,
-        _ => TRACE_ALL.load() != 0 || (follows_by_name() && current_comm_is_target()),
-    }
 }
 
 /// Whether exits are also chosen by task name (`TARGET_COMM` is set).

@@ -1,14 +1,15 @@
 //! Which task frees are worth a look. `sched_process_free` fires for every task the machine
-//! frees, and only two kinds need anything: a task that still holds an exit slot (its exit's end
-//! was never seen) and one whose free is awaited (`FREES_AWAITED`). Each of those is counted
-//! here under a hash of its task's address, so that the free of any other task returns having
-//! read one word: neither the task (cold by then, an RCU grace period after its exit) nor the
-//! slots. Tasks that share a hash only cost each other that look, and so does a count left over
-//! by two exits that took one slot at the same instant (see `claim_slot`).
-
-use core::intrinsics::{AtomicOrdering::Relaxed, atomic_xadd};
+//! frees, and only three kinds need anything: a task that still holds an exit slot (its exit's
+//! end was never seen), one whose free is awaited (`FREES_AWAITED`), and one whose exit was
+//! refused (`crate::refusals`). Each of those is counted here under a hash of its task's
+//! address, so that the free of any other task returns having read one word: neither the task
+//! (cold by then, an RCU grace period after its exit) nor the maps. Tasks that share a hash only
+//! cost each other that look. The same word tells the opening of an exit whether it may have
+//! been refused already.
 
 use aya_ebpf::{helpers::bpf_get_current_task, macros::map, maps::Array};
+
+use crate::maps;
 
 /// Counters, a power of two: 4 KiB, which every free reads, so that they stay in the cache;
 /// many times the tasks watched at once (the exits in progress and the awaited frees).
@@ -34,23 +35,22 @@ fn counter(address: u64) -> Option<*mut u64> {
 }
 
 /// Adds `n` to the counter of the task at `address`, atomically: the programs of every CPU
-/// share it. (`AtomicU64` has no read-modify-write operations on the BPF target, whose ISA has
-/// an atomic add all the same.)
+/// share it.
 #[inline(always)]
 fn add(address: u64, n: u64) {
     if let Some(count) = counter(address) {
         // SAFETY: an array slot, only ever changed atomically.
-        unsafe { atomic_xadd::<u64, u64, { Relaxed }>(count, n) };
+        unsafe { maps::add(count, n) };
     }
 }
 
-/// The task at `address` took an exit slot, or its free became awaited.
+/// The task at `address` took an exit slot, its free became awaited, or its exit was refused.
 #[inline(always)]
 pub fn watch(address: u64) {
     add(address, 1);
 }
 
-/// The task at `address` gave up its slot, or its awaited free was seen.
+/// The task at `address` gave up its slot, its awaited free was seen, or its refusal forgotten.
 #[inline(always)]
 pub fn unwatch(address: u64) {
     add(address, u64::MAX);

@@ -8,18 +8,25 @@ use aya_ebpf::{
     },
 };
 
+use exitprof_common::record::COMM_LEN;
+
 use crate::{
     maps::{
         NSPROXY_IPC_NS_OFFSET, PIDNS_DEV, PIDNS_INO, SIGNAL_GROUP_EXEC_TASK_OFFSET,
-        TASK_FLAGS_OFFSET, TASK_GROUP_LEADER_OFFSET, TASK_NSPROXY_OFFSET, TASK_PID_OFFSET,
-        TASK_REAL_PARENT_OFFSET, TASK_SIGNAL_OFFSET, TASK_TGID_OFFSET,
+        SIGNAL_LIVE_OFFSET, TASK_COMM_OFFSET, TASK_FLAGS_OFFSET, TASK_GROUP_LEADER_OFFSET,
+        TASK_NSPROXY_OFFSET, TASK_PID_OFFSET, TASK_REAL_PARENT_OFFSET, TASK_SIGNAL_OFFSET,
+        TASK_TGID_OFFSET,
     },
     task_storage::Task,
 };
 
-/// `PF_EXITING` in `task_struct::flags` (include/linux/sched.h): set by `exit_signals`, the first
-/// thing `do_exit` does that can be seen from outside the task.
+/// `PF_EXITING` in `task_struct::flags` (include/linux/sched.h): set by `exit_signals`, after
+/// `do_exit`'s first steps (which can block: a tracer's exit stop, the wait for a core dump).
 pub const PF_EXITING: u32 = 0x0000_0004;
+
+/// `EEXIST` (include/uapi/asm-generic/errno-base.h), as a map update with `BPF_NOEXIST`
+/// returns it for a key that is there already.
+pub const EEXIST: i32 = 17;
 
 /// CLOCK_MONOTONIC now, in ns: the clock of every timestamp exitprof records.
 #[inline(always)]
@@ -71,6 +78,7 @@ pub fn read_at<T>(base: *const u8, offset: u32) -> Option<T> {
 
 /// A field of a trusted task pointer, at an offset from read-only data: the verifier knows the
 /// offset and checks the load against the kernel's BTF, so no helper call is needed.
+#[cfg(not(feature = "compat"))]
 #[inline(always)]
 fn task_field<T: Copy>(task: Task, offset: u32) -> T {
     // SAFETY: `task` is a trusted `task_struct` pointer and `offset` a field's offset in it, from
@@ -79,10 +87,42 @@ fn task_field<T: Copy>(task: Task, offset: u32) -> T {
     unsafe { core::ptr::read_volatile(task.cast::<u8>().add(offset as usize).cast::<T>()) }
 }
 
+/// A field of a task at an offset from read-only data, read with `bpf_probe_read_kernel`
+/// (zero when the read faults): kernels before 5.11 give the current task only as an address.
+#[cfg(feature = "compat")]
+#[inline(always)]
+fn task_field<T: Copy>(task: Task, offset: u32) -> T {
+    // SAFETY: an all-zero integer or pointer is a valid `T` for every field read here.
+    read_at(task.cast(), offset).unwrap_or(unsafe { core::mem::zeroed() })
+}
+
+/// `task->__state` (`state` before 5.14), for `sched_switch` where it has no `prev_state`
+/// argument (before 5.18).
+#[cfg(feature = "compat")]
+#[inline(always)]
+pub fn task_state(task: Task) -> u32 {
+    task_field(task, crate::maps::TASK_STATE_OFFSET.load())
+}
+
+/// When `task` started, in clock ticks since boot, as `/proc/PID/stat` says it.
+#[cfg(feature = "compat")]
+#[inline(always)]
+pub fn start_ticks(task: Task) -> u64 {
+    let ns: u64 = task_field(task, crate::maps::TASK_START_BOOTTIME_OFFSET.load());
+    ns / crate::maps::NS_PER_TICK.load().max(1)
+}
+
 /// `task->signal`'s address, which the threads of a process share and keep across an exec.
 #[inline(always)]
 pub fn signal_of(task: Task) -> Option<u64> {
     read_at::<u64>(task.cast(), TASK_SIGNAL_OFFSET.load())
+}
+
+/// The live threads of `task`'s group (`signal->live`): `do_exit` takes each exiting thread
+/// out of it right after `exit_signals`.
+#[inline(always)]
+pub fn group_live(task: Task) -> Option<i32> {
+    read_at::<i32>(signal_of(task)? as *const u8, SIGNAL_LIVE_OFFSET.load())
 }
 
 /// The pid of the thread of a process that execs while `de_thread` ends its other threads
@@ -126,6 +166,12 @@ pub fn group_leader(task: Task) -> Task {
 #[inline(always)]
 pub fn real_parent(task: Task) -> Task {
     task_field(task, TASK_REAL_PARENT_OFFSET.load())
+}
+
+/// The name (`comm`) of the current task's process: its group leader's.
+#[inline(always)]
+pub fn process_comm(task: Task) -> [u8; COMM_LEN] {
+    read_at(group_leader(task).cast(), TASK_COMM_OFFSET.load()).unwrap_or([0; COMM_LEN])
 }
 
 /// `current->nsproxy->ipc_ns`: the IPC namespace the current task belongs to (0 if unknown).

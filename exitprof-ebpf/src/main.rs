@@ -14,6 +14,7 @@
     reason = "aya's program attributes hand each program its context by value"
 )]
 
+mod cgroups;
 mod deferred;
 mod exit_path;
 mod exit_state;
@@ -21,6 +22,9 @@ mod follow;
 mod free_watch;
 mod helpers;
 mod maps;
+mod marks;
+mod owners;
+mod refusals;
 mod sampler;
 mod sched;
 mod task_storage;

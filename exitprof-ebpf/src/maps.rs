@@ -1,18 +1,16 @@
 //! Maps and load-time settings shared by every program. Userspace finds the ones it reads or
 //! sets by the names `exitprof_common::names` gives them, which are these statics' names.
 
+use core::intrinsics::{AtomicOrdering::Relaxed, atomic_xadd};
+
 use aya_ebpf::{
     Global,
-    macros::{btf_map, map},
+    macros::map,
     maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
-use exitprof_common::{counters, sizes::COMM_LEN, task::TaskMark};
+use exitprof_common::{counters, sizes::COMM_LEN};
 
-use crate::{exit_state::ExitState, task_storage::TaskStorage};
-
-/// The marks of the tasks userspace follows (see `crate::follow`).
-#[btf_map]
-pub static TASKS: TaskStorage<TaskMark> = TaskStorage::new();
+use crate::exit_state::ExitState;
 
 /// The state of every exit in progress, one slot each (`crate::exit_state`): nothing is
 /// allocated, hashed or locked in the exit path. Sized by userspace at load, a power of two.
@@ -20,8 +18,15 @@ pub static TASKS: TaskStorage<TaskMark> = TaskStorage::new();
 pub static EXIT_SLOTS: Array<ExitState> = Array::with_max_entries(4096, 0);
 
 /// The owner of each slot of `EXIT_SLOTS` (a task's address; 0: free). Sized as `EXIT_SLOTS`.
+#[cfg(not(feature = "compat"))]
 #[map]
 pub static EXIT_OWNERS: Array<u64> = Array::with_max_entries(4096, 0);
+
+/// The owners of the slots of `EXIT_SLOTS` held, by slot (kernels before 5.12 have no BPF
+/// `cmpxchg`: a slot is claimed by inserting its owner with `BPF_NOEXIST`, which is atomic).
+#[cfg(feature = "compat")]
+#[map]
+pub static EXIT_OWNERS: HashMap<u32, u64> = HashMap::with_max_entries(4096, 0);
 
 /// `EXIT_SLOTS`' size less one: the mask that turns a pid into a slot index.
 #[unsafe(no_mangle)]
@@ -40,27 +45,31 @@ pub static EXITS: RingBuf = RingBuf::with_byte_size(16 * 1024 * 1024, 0);
 #[map]
 pub static DEFERRED: RingBuf = RingBuf::with_byte_size(1024 * 1024, 0);
 
-/// On-CPU samples of followed exits, to userspace.
+/// Kernel stacks of followed exits (on-CPU samples, blocks), to userspace.
 #[map]
-pub static SAMPLES: RingBuf = RingBuf::with_byte_size(1024 * 1024, 0);
+pub static STACKS: RingBuf = RingBuf::with_byte_size(1024 * 1024, 0);
 
-/// Unread bytes in a ring buffer above which a new record wakes userspace (the exit ring
-/// buffer's size / 4, set at load). Below it records wait for userspace's periodic read: a
+/// Unread bytes in each ring buffer above which a new record wakes userspace (a quarter of the
+/// ring buffer's size, set at load). Below it records wait for userspace's periodic read: a
 /// wakeup per exit would put exitprof on a CPU for every exit of the storm it measures.
 #[unsafe(no_mangle)]
-pub static WAKEUP_BYTES: Global<u64> = Global::new(1 << 20);
+pub static EXITS_WAKEUP_BYTES: Global<u64> = Global::new(1 << 20);
+#[unsafe(no_mangle)]
+pub static DEFERRED_WAKEUP_BYTES: Global<u64> = Global::new(1 << 20);
+#[unsafe(no_mangle)]
+pub static STACKS_WAKEUP_BYTES: Global<u64> = Global::new(1 << 20);
 
 /// `BPF_RB_NO_WAKEUP` and `BPF_RB_FORCE_WAKEUP` (include/uapi/linux/bpf.h).
-pub const BPF_RB_NO_WAKEUP: u64 = 1;
+const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 /// `BPF_RB_AVAIL_DATA`: unread bytes, for `bpf_ringbuf_query`.
 const BPF_RB_AVAIL_DATA: u64 = 0;
 
 /// The wakeup flag for a record about to be written to `ring`: wake userspace only when it has
-/// fallen behind.
+/// fallen behind by `threshold` bytes (one of the `*_WAKEUP_BYTES`).
 #[inline(always)]
-pub fn wakeup_flag(ring: &RingBuf) -> u64 {
-    if ring.query(BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES.load() {
+pub fn wakeup_flag(ring: &RingBuf, threshold: &Global<u64>) -> u64 {
+    if ring.query(BPF_RB_AVAIL_DATA) >= threshold.load() {
         BPF_RB_FORCE_WAKEUP
     } else {
         BPF_RB_NO_WAKEUP
@@ -71,13 +80,18 @@ pub fn wakeup_flag(ring: &RingBuf) -> u64 {
 #[map]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counters::COUNT, 0);
 
-/// Settings userspace changes while the programs run: slot [`STOPPED`].
+/// Settings userspace changes while the programs run: slots [`STOPPED`] and [`EPOCH`].
 #[map]
-pub static CONTROL: Array<u32> = Array::with_max_entries(1, 0);
+pub static CONTROL: Array<u32> = Array::with_max_entries(2, 0);
 
 /// `CONTROL` slot: non-zero once the target has ended; exits that start from then on are not
 /// part of the run and are not opened, so that userspace can wait for those in progress.
 pub const STOPPED: u32 = 0;
+
+/// `CONTROL` slot: the number of the run in progress. Each exit carries the one it opened in,
+/// so that an exit that outlives its run (stuck, say) is neither recorded nor counted in the
+/// next (`compare` runs one target after another on one loaded object).
+const EPOCH: u32 = 1;
 
 /// Record every exit on the machine, not only followed tasks (non-zero: on).
 #[unsafe(no_mangle)]
@@ -144,6 +158,21 @@ pub static SIGNAL_LIVE_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static SIGNAL_GROUP_EXEC_TASK_OFFSET: Global<u32> = Global::new(0);
 
+/// `offsetof(struct task_struct, __state)` (`state` before 5.14): the compat object reads the
+/// state of a task that switches out where `sched_switch` has no `prev_state` (before 5.18).
+#[cfg(feature = "compat")]
+#[unsafe(no_mangle)]
+pub static TASK_STATE_OFFSET: Global<u32> = Global::new(0);
+
+/// `offsetof(struct task_struct, start_boottime)`, and the nanoseconds of a clock tick
+/// (`USER_HZ`): the compat object checks a process's mark against its start time.
+#[cfg(feature = "compat")]
+#[unsafe(no_mangle)]
+pub static TASK_START_BOOTTIME_OFFSET: Global<u32> = Global::new(0);
+#[cfg(feature = "compat")]
+#[unsafe(no_mangle)]
+pub static NS_PER_TICK: Global<u64> = Global::new(10_000_000);
+
 /// `offsetof(struct task_struct, comm)`.
 #[unsafe(no_mangle)]
 pub static TASK_COMM_OFFSET: Global<u32> = Global::new(0);
@@ -168,14 +197,32 @@ pub static FREE_IPC_ADDR: Global<u64> = Global::new(0);
 #[inline(always)]
 pub fn count(counter: u32) {
     if let Some(slot) = COUNTERS.get_ptr_mut(counter) {
-        // SAFETY: a per-CPU slot is only touched by programs running on this CPU, which do not
-        // preempt each other.
-        unsafe { *slot += 1 };
+        // SAFETY: a per-CPU slot, changed only atomically: programs on one CPU can interleave
+        // (a preemptible fentry program, `sched_process_free` in softirq), and a lost increment
+        // would change the accounting.
+        unsafe { add(slot, 1) };
     }
+}
+
+/// Adds `n` to the counter at `counter` atomically (`AtomicU64` has no read-modify-write
+/// operations on the BPF target, whose ISA has an atomic add all the same).
+///
+/// # Safety
+/// `counter` points into a map value, changed only atomically.
+#[inline(always)]
+pub unsafe fn add(counter: *mut u64, n: u64) {
+    // SAFETY: as the caller promises.
+    unsafe { atomic_xadd::<u64, u64, { Relaxed }>(counter, n) };
 }
 
 /// Whether userspace has stopped the run: no new exit is opened.
 #[inline(always)]
 pub fn stopped() -> bool {
     CONTROL.get(STOPPED).is_some_and(|&stop| stop != 0)
+}
+
+/// The number of the run in progress.
+#[inline(always)]
+pub fn epoch() -> u32 {
+    CONTROL.get(EPOCH).copied().unwrap_or(0)
 }

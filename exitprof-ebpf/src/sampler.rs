@@ -8,13 +8,13 @@ use aya_ebpf::{
 };
 use exitprof_common::{
     counters,
-    sample::{SAMPLE_STACK_DEPTH, Sample},
+    stack::{STACK_DEPTH, STACK_ON_CPU, StackRecord},
 };
 
 use crate::{
     exit_state::exit_state,
     helpers::now_ns,
-    maps::{SAMPLES, count},
+    maps::{STACKS, STACKS_WAKEUP_BYTES, count, wakeup_flag},
     task_storage::current_task,
 };
 
@@ -25,7 +25,7 @@ pub fn sample_cpu(ctx: PerfEventContext) -> u32 {
     if state.record.n_hits == 0 {
         return 0;
     }
-    let Some(mut entry) = SAMPLES.reserve::<Sample>(0) else {
+    let Some(mut entry) = STACKS.reserve::<StackRecord>(0) else {
         count(counters::SAMPLES_LOST);
         return 0;
     };
@@ -33,20 +33,23 @@ pub fn sample_cpu(ctx: PerfEventContext) -> u32 {
     // SAFETY: `sample` is the reserved entry, written field by field before it is submitted;
     // the stack buffer is its own array, of the size given.
     unsafe {
+        (*sample).kind = STACK_ON_CPU;
         (*sample).pid = state.record.pid;
-        (*sample).n_hits = state.record.n_hits;
         (*sample).exit_start_ns = state.record.hits[0].ts_ns;
         (*sample).ts_ns = now_ns();
+        (*sample).ns = 0;
+        (*sample).n_hits = state.record.n_hits;
         (*sample).cpu = bpf_get_smp_processor_id();
+        (*sample).pad = 0;
         let bytes = bpf_get_stack(
             ctx.as_ptr(),
             (*sample).stack.as_mut_ptr().cast(),
-            (SAMPLE_STACK_DEPTH * 8) as u32,
+            (STACK_DEPTH * 8) as u32,
             0,
         );
         (*sample).stack_len = if bytes > 0 { (bytes / 8) as u32 } else { 0 };
     }
-    entry.submit(crate::maps::BPF_RB_NO_WAKEUP);
+    entry.submit(wakeup_flag(&STACKS, &STACKS_WAKEUP_BYTES));
     count(counters::SAMPLES);
     0
 }

@@ -1,18 +1,23 @@
 //! Scheduler probes: the end of an exit, off-CPU time inside it, and where it blocked.
 
 use aya_ebpf::{
-    EbpfContext as _, helpers::generated::bpf_get_stack, macros::btf_tracepoint, maps::PerCpuArray,
+    EbpfContext as _,
+    helpers::{bpf_get_smp_processor_id, generated::bpf_get_stack},
+    macros::btf_tracepoint,
+    maps::PerCpuArray,
     programs::BtfTracePointContext,
 };
 use exitprof_common::{
     counters,
-    record::{BLOCK_STACK_DEPTH, FLAG_OFF_RUNNABLE},
+    stack::{STACK_BLOCKED, STACK_DEPTH, stack_wire_len},
 };
 
 use crate::{
-    exit_state::{ExitState, exit_slot, exit_state, finish_exit},
+    exit_state::{
+        ExitState, OFF_RUNNABLE, early_exits, exit_slot, exit_state, finish_exit, leave_early,
+    },
     helpers::{is_exiting, now_ns},
-    maps::{BLOCK_WALKS_PER_SEC, count},
+    maps::{BLOCK_WALKS_PER_SEC, STACKS, STACKS_WAKEUP_BYTES, count, wakeup_flag},
     task_storage::Task,
 };
 
@@ -28,26 +33,24 @@ const TASK_RUNNING: u32 = 0;
 /// switch-out of an exiting task starts an off-CPU interval, which its next switch-in closes.
 ///
 /// This runs on every context switch of the machine, so before anything else it reads only the
-/// two tasks' flags: a task that is not exiting (`PF_EXITING`, set by `exit_signals` at the start
-/// of `do_exit`) costs no map access at all.
+/// two tasks' flags and one shared word: a task that is not exiting (`PF_EXITING`, set by
+/// `exit_signals` early in `do_exit`) costs no map access at all while no exit is in its first
+/// instants, before `exit_signals` (see `EARLY_EXITS`).
 #[btf_tracepoint]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     let prev: Task = ctx.arg(1);
     let next: Task = ctx.arg(2);
-    let prev_exiting = is_exiting(prev);
-    let next_exiting = is_exiting(next);
-    if !prev_exiting && !next_exiting {
+    if !is_exiting(prev) && !is_exiting(next) && !early_exits() {
         return 0;
     }
     let now = now_ns();
-    if prev_exiting {
-        let preempt: u64 = ctx.arg(0);
-        let prev_state: u32 = ctx.arg(3);
-        switch_out(&ctx, prev, preempt != 0, prev_state, now);
-    }
-    if next_exiting {
-        switch_in(next, now);
-    }
+    let preempt: u64 = ctx.arg(0);
+    #[cfg(not(feature = "compat"))]
+    let prev_state: u32 = ctx.arg(3);
+    #[cfg(feature = "compat")]
+    let prev_state = crate::helpers::task_state(prev);
+    switch_out(&ctx, prev, preempt != 0, prev_state, now);
+    switch_in(next, now);
     0
 }
 
@@ -59,10 +62,10 @@ pub fn sched_switch_floor(_ctx: BtfTracePointContext) -> i32 {
     0
 }
 
-/// The exiting task `prev` (the current task) leaves its CPU: for good in `TASK_DEAD`, else for
-/// a while. A block's kernel stack is taken now, while the task is current: walked later, from
-/// another task, the kernel's unwinder would leave out the lock and wait functions (`__sched`
-/// code), which say where it waits.
+/// The task `prev` (the current task) leaves its CPU; if it is exiting: for good in `TASK_DEAD`,
+/// else for a while. A block's kernel stack is taken now, while the task is current: walked
+/// later, from another task, the kernel's unwinder would leave out the lock and wait functions
+/// (`__sched` code), which say where it waits.
 #[inline(always)]
 fn switch_out(ctx: &BtfTracePointContext, prev: Task, preempt: bool, prev_state: u32, now: u64) {
     let Some(slot) = exit_slot(prev) else { return };
@@ -71,67 +74,78 @@ fn switch_out(ctx: &BtfTracePointContext, prev: Task, preempt: bool, prev_state:
         finish_exit(prev, slot, state, now);
         return;
     }
-    state.record.off_since_ns = now;
-    state.pending_stack_len = 0;
+    if is_exiting(prev) {
+        leave_early(state);
+    }
+    state.off_since_ns = now;
+    state.block.stack_len = 0;
     // Preempted (even after setting a sleeping state, as the kernel's `preempt` says), it waits
     // for a CPU, not for an event: no stack to take.
     if preempt || prev_state == TASK_RUNNING {
-        state.record.flags |= FLAG_OFF_RUNNABLE;
+        state.flags |= OFF_RUNNABLE;
         return;
     }
+    state.record.blocks += 1;
     if !take_walk(now) {
         count(counters::STACKS_SKIPPED);
         return;
     }
-    // SAFETY: the buffer is the task state's own array, of the size given.
+    let block = &mut state.block;
+    // SAFETY: the buffer is the block record's own array, of the size given.
     let bytes = unsafe {
-        bpf_get_stack(
-            ctx.as_ptr(),
-            state.pending_stack.as_mut_ptr().cast(),
-            (BLOCK_STACK_DEPTH * 8) as u32,
-            0,
-        )
+        bpf_get_stack(ctx.as_ptr(), block.stack.as_mut_ptr().cast(), (STACK_DEPTH * 8) as u32, 0)
     };
-    if bytes > 0 {
-        state.pending_stack_len = (bytes / 8) as u32;
-        count(counters::STACKS_WALKED);
+    if bytes <= 0 {
+        return;
     }
+    block.kind = STACK_BLOCKED;
+    block.pid = state.record.pid;
+    block.exit_start_ns = state.record.hits[0].ts_ns;
+    block.ts_ns = now;
+    block.n_hits = state.record.n_hits;
+    // SAFETY: no side effects.
+    block.cpu = unsafe { bpf_get_smp_processor_id() };
+    block.stack_len = (bytes / 8) as u32;
+    count(counters::STACKS_WALKED);
 }
 
-/// The exiting task `next` comes back to a CPU.
+/// The task `next` comes back to a CPU.
 #[inline(always)]
 fn switch_in(next: Task, now: u64) {
     let Some(state) = exit_state(next) else { return };
-    if state.record.off_since_ns != 0 {
+    if is_exiting(next) {
+        leave_early(state);
+    }
+    if state.off_since_ns != 0 {
         back_on_cpu(state, now);
     }
 }
 
-/// Closes the off-CPU interval of a followed exit that is back on a CPU at `now`. A block that
-/// is the exit's longest so far keeps the stack taken when it began.
+/// Closes the off-CPU interval of a followed exit that is back on a CPU at `now`. A block whose
+/// stack was taken goes to userspace with its length: every block of an exit is accounted to
+/// where it waited, not only its longest.
 #[inline(always)]
 pub fn back_on_cpu(state: &mut ExitState, now: u64) {
-    let record = &mut state.record;
-    let off = now - record.off_since_ns;
-    record.off_cpu_ns += off;
-    record.off_since_ns = 0;
-    if record.flags & FLAG_OFF_RUNNABLE != 0 {
-        record.runq_ns += off;
-        record.flags &= !FLAG_OFF_RUNNABLE;
+    let off = now - state.off_since_ns;
+    state.off_cpu_ns += off;
+    state.off_since_ns = 0;
+    if state.flags & OFF_RUNNABLE != 0 {
+        state.runq_ns += off;
+        state.flags &= !OFF_RUNNABLE;
         return;
     }
-    if off <= record.longest_block_ns {
-        return;
-    }
-    record.longest_block_ns = off;
-    let frames = state.pending_stack_len as usize;
+    let frames = state.block.stack_len as usize;
     if frames == 0 {
         return;
     }
-    record.block_stack = state.pending_stack;
-    record.block_stack_len = frames.min(BLOCK_STACK_DEPTH) as u32;
-    record.block_stack_ns = off;
-    record.block_stack_hit = record.n_hits;
+    state.block.ns = off;
+    let len = stack_wire_len(if frames > STACK_DEPTH { STACK_DEPTH } else { frames });
+    // SAFETY: `len` never exceeds the size of the record it is read from.
+    let bytes = unsafe { core::slice::from_raw_parts((&raw const state.block).cast::<u8>(), len) };
+    if STACKS.output::<[u8]>(bytes, wakeup_flag(&STACKS, &STACKS_WAKEUP_BYTES)).is_err() {
+        count(counters::BLOCK_STACKS_LOST);
+    }
+    state.block.stack_len = 0;
 }
 
 /// Walks a CPU may still make before its budget refills, in thousandths, and when it was last

@@ -11,16 +11,22 @@ use clap::{
 };
 
 use crate::{
+    analysis::records::TaskName,
     compare::CompareRequest,
     conditions::{Condition, ConditionOptions, Side},
+    diff::{self, DiffRequest, Input},
     export::{self, ExportTarget, Format},
+    groups::{GroupBy, GroupOptions},
     probes::{
         ProbeOptions, kprobe_events,
         plan::{AttachMode, PointSet},
     },
-    run::RunRequest,
+    profiled::{ForkParams, Storm, Target, ThreadsParams, workload::Driver},
+    run::{
+        RunRequest,
+        record::view::{Shown, View},
+    },
     serve::{self, ServeRequest},
-    target::{ForkParams, Storm, Target, ThreadsParams, workload::Driver},
 };
 
 #[derive(Debug, Parser)]
@@ -48,16 +54,31 @@ pub enum Command {
     /// Prints the probe plan for the running kernel: every probe point, how it would be
     /// attached and to what, and what is unavailable and why. Nothing is attached.
     Plan(PlanArgs),
-    /// Runs the storm with a condition on and off, interleaved, and reports the seeds'
-    /// Yes/No/Ovhd table of user, sys and elapsed time, with the stages that explain it.
+    /// Runs the storm with a condition on and off, interleaved, and reports the Yes/No/Ovhd
+    /// table of user, sys and elapsed time of the 2006 LKML benchmark of taskstats' cost per
+    /// exit, with the stages that explain it.
     Compare(CompareArgs),
-    /// Compares a condition on and off at rising exit rates (one row per --stagger): the 2006
-    /// table of %overhead of user, sys and elapsed time against the exit rate.
+    /// Compares a condition on and off at rising exit rates (one row per --stagger): the table of
+    /// the 2006 LKML taskstats benchmark, %overhead of user, sys and elapsed time against the
+    /// exit rate.
     Sweep(SweepArgs),
+    /// Profiles as a plain run does, printing and exporting the same, and also keeps the run in
+    /// FILE: its raw records and everything else its report is made of, for `exitprof report`.
+    Record(RecordArgs),
+    /// Reports a run kept by `exitprof record`, as the run itself did (the tables, --json's
+    /// document, --export's files), or views of it that need no new run (one process's exits,
+    /// each kind of exit apart, one stage in detail), on any machine: nothing is loaded or
+    /// attached.
+    Report(ReportArgs),
     /// Serves exit latencies to Prometheus for as long as it runs: watches every exit on the
     /// machine (or --comm's, or --pid's), and answers GET /metrics (Prometheus text format, or
     /// OpenMetrics when asked for) and GET /healthz. SIGINT or SIGTERM detach and end it.
     Serve(ServeArgs),
+    /// Compares saved runs (record files, or the documents of `exitprof --json`), A against B,
+    /// stage by stage: the change of each stage's time per exit with an interval from the runs,
+    /// and whether it is beyond run-to-run noise. `exitprof diff A B` for one run a side,
+    /// `exitprof diff A1 A2 A3 -- B1 B2 B3` for repeated runs.
+    Diff(DiffArgs),
     /// Runs a workload driver in this process (internal; also runs it with no probes at all
     /// when started directly, which is how the driver benchmark measures it).
     #[command(name = "__workload", hide = true)]
@@ -177,11 +198,84 @@ pub struct RunArgs {
     /// from the storm, 256 KiB to 4 MiB; 4 MiB when watching].
     #[arg(long, value_name = "BYTES", value_parser = parse_ringbuf_size)]
     pub ringbuf_bytes: Option<u32>,
+    /// Slots for exits in progress (a power of two): fewer make exits collide for slots, which
+    /// tests use to check that every exit is recorded or counted lost.
+    #[arg(long, value_name = "N", value_parser = parse_exit_slots, hide = true)]
+    pub exit_slots: Option<u32>,
     /// Have the kernel count each of exitprof's eBPF programs' runs and run time while the
     /// target runs, and report them: exitprof's own cost in the kernel, per exit. The counting
     /// itself adds a little to every program run.
     #[arg(long)]
     pub bpf_stats: bool,
+    #[command(flatten)]
+    pub groups: GroupArgs,
+}
+
+/// How exits are split by workload.
+#[derive(Clone, Copy, Debug, Args)]
+pub struct GroupArgs {
+    /// Split the exits by workload: by the cgroup (v2) they ran in, named as its container,
+    /// pod or service, or by their process's name (comm).
+    #[arg(long, value_enum, value_name = "BY")]
+    pub group_by: Option<GroupBy>,
+    /// Groups kept apart, at most: the exits of any other go to the group "other".
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 100,
+        requires = "group_by",
+        value_parser = clap::value_parser!(u32).range(1..=10_000)
+    )]
+    pub max_groups: u32,
+}
+
+/// `exitprof record`.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// The record file to write (whole, when the run ends; a run cut short by Ctrl-C writes one
+    /// marked partial).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// `exitprof report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A record file written by `exitprof record`.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Print one JSON document on stdout instead of the tables: the one the run printed.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the results to PATH (repeatable), as a run's --export does.
+    #[arg(long = "export", value_name = "PATH")]
+    pub exports: Vec<PathBuf>,
+    /// The format of the --export paths whose extension names none.
+    #[arg(long, value_enum, value_name = "FMT", requires = "exports")]
+    pub format: Option<Format>,
+    /// Only the exits of process PID (those of all its threads), or of thread PID alone where
+    /// PID is a thread's id and not its process's, as exitprof's PID namespace saw them. The
+    /// exits the run lost cannot be told apart by process: the report gives the run's.
+    /// The exports are of these exits too.
+    #[arg(long, value_name = "PID", value_parser = clap::value_parser!(u32).range(1..))]
+    pub pid: Option<u32>,
+    /// Only the exits of the processes named NAME (comm, at most 15 bytes; their threads may
+    /// have names of their own).
+    #[arg(long, value_name = "NAME", value_parser = parse_comm, conflicts_with = "pid")]
+    pub comm: Option<String>,
+    /// Thread exits (a thread of a process that lives on) and process exits (its last or only
+    /// thread) apart, each with its whole report: every stage, where it computed on the CPU
+    /// and where it blocked. The exports are the report's, as without it.
+    #[arg(long, conflicts_with = "stage")]
+    pub by_kind: bool,
+    /// One stage in detail: the functions its on-CPU samples fell in, with their shares, its
+    /// time off the CPU, runnable or blocked, and the stacks it blocked in. STAGE is a stage's
+    /// name, or a kernel function it covers (e.g. taskstats_exit). The exports are the report's,
+    /// as without it.
+    #[arg(long, value_name = "STAGE")]
+    pub stage: Option<String>,
 }
 
 /// Whose exits are profiled: exactly one of these (the threads storm when none is given).
@@ -207,17 +301,17 @@ pub struct TargetArgs {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum StormKind {
-    /// N threads x reps, each sleeping (N-i)*stagger us before it exits (the 2006 taskstats
-    /// thread's program).
+    /// N threads x reps, each sleeping (N-i)*stagger us before it exits (the program of the
+    /// 2006 LKML benchmark of taskstats' cost per exit).
     Threads,
     /// Sequential fork + exit + wait in the parent.
     Fork,
-    /// Sequential fork + unshare(CLONE_NEWIPC) + exit + wait in the parent (the 2012
-    /// CLONE_NEWIPC thread's program).
+    /// Sequential fork + unshare(CLONE_NEWIPC) + exit + wait in the parent (the program of the
+    /// 2012 LKML report of 1024 such exits taking 32 s, waiting on IPC namespace teardown).
     Ipcns,
 }
 
-/// Parameters of the `threads` storm; defaults are the 2006 thread's.
+/// Parameters of the `threads` storm; defaults are those of the 2006 LKML taskstats benchmark.
 #[derive(Clone, Copy, Debug, Args)]
 pub struct ThreadsArgs {
     /// Threads created, then joined, per repetition.
@@ -242,7 +336,8 @@ pub struct ThreadsArgs {
     pub rate: Option<u64>,
 }
 
-/// Parameters of the `fork` and `ipcns` storms; defaults are the 2012 thread's.
+/// Parameters of the `fork` and `ipcns` storms; defaults are those of the 2012 LKML
+/// CLONE_NEWIPC report.
 #[derive(Clone, Copy, Debug, Args)]
 pub struct ForkArgs {
     /// Child processes forked in all (each exits, and its parent waits for it).
@@ -345,23 +440,25 @@ impl Cli {
         let mut command = Self::command();
         let matches = command.try_get_matches_from_mut(args)?;
         let cli = Self::from_arg_matches(&matches)?;
+        // The run's options, and whether the run is a plain one (recorded or not).
         let checked = match (&cli.command, matches.subcommand()) {
-            (None, _) => Some((&cli.run, &matches)),
-            (Some(Command::Compare(c)), Some((_, sub))) => Some((&c.run, sub)),
-            (Some(Command::Sweep(s)), Some((_, sub))) => Some((&s.compare.run, sub)),
+            (None, _) => Some((&cli.run, &matches, true)),
+            (Some(Command::Record(r)), Some((_, sub))) => Some((&r.run, sub, true)),
+            (Some(Command::Compare(c)), Some((_, sub))) => Some((&c.run, sub, false)),
+            (Some(Command::Sweep(s)), Some((_, sub))) => Some((&s.compare.run, sub, false)),
             _ => None,
         };
-        if let Some((run, matches)) = checked {
+        if let Some((run, matches, plain)) = checked {
             run.check_options(matches)
                 .map_err(|msg| command.error(ErrorKind::ArgumentConflict, msg))?;
-            if cli.command.is_some() && run.bpf_stats {
+            if !plain && run.bpf_stats {
                 return Err(command.error(
                     ErrorKind::ArgumentConflict,
                     "--bpf-stats applies to a plain run, not to compare or sweep (--toggle \
                      point-set counts the program runs on both sides itself)",
                 ));
             }
-            if cli.command.is_some() && run.probes.points == PointSet::Minimal {
+            if !plain && run.probes.points == PointSet::Minimal {
                 return Err(command.error(
                     ErrorKind::ArgumentConflict,
                     "--points minimal applies to a plain run; compare --toggle point-set runs \
@@ -381,7 +478,7 @@ pub struct CompareArgs {
     /// The condition switched on and off between runs.
     #[arg(long, value_enum, value_name = "CONDITION")]
     pub toggle: Condition,
-    /// Runs of each side (the 2006 thread averaged 10).
+    /// Runs of each side (the 2006 LKML taskstats benchmark averaged 10).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     pub runs: u32,
     #[command(flatten)]
@@ -429,6 +526,32 @@ pub struct ServeArgs {
     /// 4 MiB].
     #[arg(long, value_name = "BYTES", value_parser = parse_ringbuf_size)]
     pub ringbuf_bytes: Option<u32>,
+    #[command(flatten)]
+    pub groups: GroupArgs,
+    /// With --group-by: a group with no exit for this long is dropped, its series with it:
+    /// seconds, or a number with its unit (90s, 10m, 1h) [default: 10m].
+    #[arg(long, value_name = "TIME", value_parser = parse_time, requires = "group_by")]
+    pub group_ttl: Option<Duration>,
+}
+
+/// `exitprof diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// Side A's runs (the baseline): one `--json` document or record file (`exitprof record`),
+    /// or several of repeated runs. Without `--`, exactly two: A and B.
+    #[arg(value_name = "A", required = true)]
+    pub a: Vec<PathBuf>,
+    /// Side B's runs, after `--`.
+    #[arg(last = true, value_name = "B")]
+    pub b: Vec<PathBuf>,
+    /// Print the diff as one JSON document instead of the tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the diff to PATH (repeatable), in the format its extension names: .json (the
+    /// --json document), .svg (each row's time per exit on both sides, and its change with its
+    /// interval).
+    #[arg(long = "export", value_name = "PATH")]
+    pub exports: Vec<PathBuf>,
 }
 
 /// Whose exits `serve` watches: at most one of these (every exit when none is given).
@@ -514,18 +637,45 @@ impl RunArgs {
             .map_err(|why| Cli::command().error(ErrorKind::ValueValidation, why))
     }
 
-    /// The run the command line asks for; a usage error when an export's format cannot be
-    /// told.
-    pub fn request(&self) -> Result<RunRequest, clap::Error> {
-        Ok(RunRequest {
+    /// The run the command line asks for.
+    pub fn request(&self) -> RunRequest {
+        RunRequest {
             target: self.target(),
-            probes: self.probes.options(),
+            probes: ProbeOptions { group_by: self.groups.group_by, ..self.probes.options() },
             duration: self.duration,
             json: self.json,
-            exports: self.export_targets()?,
             ringbuf_bytes: self.ringbuf_bytes,
+            exit_slots: self.exit_slots,
             bpf_stats: self.bpf_stats,
-        })
+            record: None,
+            groups: self.groups.options(None),
+        }
+    }
+}
+
+impl RecordArgs {
+    /// The run the command line asks for, kept in its record file.
+    pub fn request(&self) -> RunRequest {
+        RunRequest { record: Some(self.output.clone()), ..self.run.request() }
+    }
+}
+
+impl ReportArgs {
+    /// Each `--export` path with its format; a usage error when a format cannot be told.
+    pub fn export_targets(&self) -> Result<Vec<ExportTarget>, clap::Error> {
+        export::targets(&self.exports, self.format)
+            .map_err(|why| Cli::command().error(ErrorKind::ValueValidation, why))
+    }
+
+    /// The view asked for.
+    pub fn view(&self) -> View {
+        let comm = self.comm.as_deref().map(TaskName::of);
+        let shown = match (&self.stage, self.by_kind) {
+            (Some(stage), _) => Shown::Stage(stage.clone()),
+            (None, true) => Shown::ByKind,
+            (None, false) => Shown::Report,
+        };
+        View { pid: self.pid, comm, shown }
     }
 }
 
@@ -546,25 +696,61 @@ impl ServeArgs {
                 syscall_tracepoints: self.syscall_tracepoints.choice(),
                 block_stacks: false,
                 sample_hz: 0,
-                // Stage histograms need every point.
-                points: PointSet::Full,
+                // Stage histograms need every point of the exit; serve joins no deferred work.
+                points: PointSet::Stages,
+                group_by: self.groups.group_by,
             },
+            groups: self.groups.options(Some(self.group_ttl.unwrap_or(serve::GROUP_TTL))),
             listen: self.listen,
             ringbuf_bytes: self.ringbuf_bytes,
         }
     }
 }
 
+impl DiffArgs {
+    /// The diff the command line asks for; a usage error when the sides cannot be told apart
+    /// or an export's format is not one a diff writes.
+    pub fn request(&self) -> Result<DiffRequest, clap::Error> {
+        let usage = |why: String| Cli::command().error(ErrorKind::ValueValidation, why);
+        let (a, b) = match (self.a.as_slice(), self.b.as_slice()) {
+            ([a, b], []) => (vec![a.clone()], vec![b.clone()]),
+            (_, []) => {
+                return Err(usage(format!(
+                    "diff needs two sides: `exitprof diff A B`, or `exitprof diff A1 A2 ... --                      B1 B2 ...` for several runs a side ({} documents given, no `--`)",
+                    self.a.len()
+                )));
+            }
+            (a, b) => (a.to_vec(), b.to_vec()),
+        };
+        if let Some(option) = b.iter().find(|p| p.to_string_lossy().starts_with('-')) {
+            return Err(usage(format!(
+                "{} comes after `--`, where only side B's documents go: options go before `--`",
+                option.display()
+            )));
+        }
+        let exports = export::targets(&self.exports, None).map_err(usage)?;
+        if let Some(t) = exports.iter().find(|t| !diff::EXPORT_FORMATS.contains(&t.format)) {
+            return Err(usage(format!(
+                "--export {}: a diff is written as .json or .svg, not .{}",
+                t.path.display(),
+                t.format
+            )));
+        }
+        let inputs = |paths: Vec<PathBuf>| paths.into_iter().map(Input::Saved).collect();
+        Ok(DiffRequest { a: inputs(a), b: inputs(b), json: self.json, exports })
+    }
+}
+
 impl CompareArgs {
     /// The comparison the command line asks for: `compare`, or `sweep` with its `staggers`.
-    pub fn request(&self, staggers: Option<Vec<u32>>) -> Result<CompareRequest, clap::Error> {
-        Ok(CompareRequest {
-            run: self.run.request()?,
+    pub fn request(&self, staggers: Option<Vec<u32>>) -> CompareRequest {
+        CompareRequest {
+            run: self.run.request(),
             toggle: self.toggle,
             runs: self.runs,
             condition: self.condition.options(),
             staggers,
-        })
+        }
     }
 }
 
@@ -578,7 +764,15 @@ impl ProbeArgs {
             block_stacks: !self.no_block_stacks,
             sample_hz: if self.no_cpu_stacks { 0 } else { self.sample_hz },
             points: self.points,
+            group_by: None,
         }
+    }
+}
+
+impl GroupArgs {
+    /// The grouping asked for, with the time to live of `serve`'s groups.
+    pub fn options(self, ttl: Option<Duration>) -> Option<GroupOptions> {
+        self.group_by.map(|by| GroupOptions { by, max_groups: self.max_groups as usize, ttl })
     }
 }
 
@@ -623,10 +817,35 @@ fn parse_ringbuf_size(s: &str) -> Result<u32, String> {
     Ok(n)
 }
 
+fn parse_exit_slots(s: &str) -> Result<u32, String> {
+    let n: u32 = s.parse().map_err(|e| format!("{e}"))?;
+    if !n.is_power_of_two() || n > 1 << 20 {
+        return Err(format!("{n} is not a power of two of at most 2^20"));
+    }
+    Ok(n)
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let secs: f64 = s.parse().map_err(|e| format!("{e}"))?;
     if !(secs > 0.0 && secs.is_finite()) {
         return Err(format!("{s} is not a positive number of seconds"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{e}"))
+}
+
+/// A time with its unit (`ms`, `s`, `m`, `h`), or a number of seconds.
+fn parse_time(s: &str) -> Result<Duration, String> {
+    let units = [("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)];
+    let (number, unit_s) = units
+        .iter()
+        .find_map(|&(unit, unit_s)| s.strip_suffix(unit).map(|n| (n, unit_s)))
+        .unwrap_or((s, 1.0));
+    let n: f64 = number.parse().map_err(|_| {
+        format!("{s} is not a time: seconds, or a number with its unit (90s, 10m, 1h)")
+    })?;
+    let secs = n * unit_s;
+    if !(secs > 0.0 && secs.is_finite()) {
+        return Err(format!("{s} is not a positive time"));
     }
     Duration::try_from_secs_f64(secs).map_err(|e| format!("{e}"))
 }
@@ -658,10 +877,10 @@ mod tests {
     }
 
     #[test]
-    fn defaults_are_the_seed_program() {
+    fn defaults_are_the_2006_benchmark() {
         let cli = parse(&[]).unwrap();
-        let seed = ThreadsParams { threads: 1000, reps: 10, stagger_us: 2, rate: None };
-        assert_eq!(cli.run.target(), Target::Storm(Storm::Threads(seed)));
+        let benchmark = ThreadsParams { threads: 1000, reps: 10, stagger_us: 2, rate: None };
+        assert_eq!(cli.run.target(), Target::Storm(Storm::Threads(benchmark)));
         assert!(!cli.run.json);
         let fork = ForkParams { count: 1024, parallel: 1 };
         assert_eq!(target(&["--workload", "ipcns"]), Target::Storm(Storm::Ipcns(fork)));
@@ -802,6 +1021,29 @@ mod tests {
         }
     }
 
+    /// `--group-ttl` takes its default's form (`10m`), and any of the units, or seconds.
+    #[test]
+    fn group_ttl_takes_a_time_with_its_unit() {
+        let ttl = |args: &[&str]| {
+            let cli = parse(&[&["serve", "--group-by", "cgroup"], args].concat())?;
+            let Some(Command::Serve(serve)) = cli.command else { panic!("not serve: {args:?}") };
+            Ok::<_, clap::Error>(serve.request().groups.and_then(|g| g.ttl))
+        };
+        let secs = |s: u64| Some(Duration::from_secs(s));
+        assert_eq!(ttl(&[]).unwrap(), Some(serve::GROUP_TTL));
+        assert_eq!(serve::GROUP_TTL, Duration::from_secs(600), "the help's [default: 10m]");
+        for (time, expected) in [("10m", secs(600)), ("90s", secs(90)), ("2", secs(2))] {
+            assert_eq!(ttl(&["--group-ttl", time]).unwrap(), expected, "{time}");
+        }
+        assert_eq!(ttl(&["--group-ttl", "1.5h"]).unwrap(), secs(5400));
+        assert_eq!(ttl(&["--group-ttl", "500ms"]).unwrap(), Some(Duration::from_millis(500)));
+        for bad in ["0", "0s", "--group-ttl=-1m", "10x", "m", "1d"] {
+            let args: &[&str] = if bad.starts_with("--") { &[bad] } else { &["--group-ttl", bad] };
+            let err = ttl(args).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::ValueValidation, "{bad}: {err}");
+        }
+    }
+
     #[test]
     fn options_must_fit_their_target() {
         for (args, flag) in [
@@ -860,6 +1102,62 @@ mod tests {
     }
 
     #[test]
+    fn record_takes_a_plain_runs_options_and_report_a_file() {
+        let cli = parse(&["record", "-o", "run.rec", "--threads", "200", "--reps", "2", "--json"])
+            .unwrap();
+        let Some(Command::Record(record)) = cli.command else { panic!("not record") };
+        let request = record.request();
+        assert_eq!(request.record, Some(PathBuf::from("run.rec")));
+        let params = ThreadsParams { threads: 200, reps: 2, stagger_us: 2, rate: None };
+        assert_eq!(request.target, Target::Storm(Storm::Threads(params)));
+        assert!(request.json);
+        assert!(parse(&[]).unwrap().run.request().record.is_none());
+        for args in [
+            &["record", "-o", "r", "--bpf-stats", "--points", "minimal"][..],
+            &["record", "--output", "r", "--all", "--duration", "1"],
+        ] {
+            assert!(parse(args).is_ok(), "{args:?}");
+        }
+        for args in [
+            &["record", "--threads", "5"][..],
+            &["record", "-o", "r", "--workload", "fork", "--threads", "5"],
+            &["record", "-o", "r", "--all", "--", "true"],
+        ] {
+            assert_eq!(parse(args).unwrap_err().exit_code(), 2, "{args:?}");
+        }
+        let cli = parse(&["report", "run.rec", "--json", "--export", "a.csv"]).unwrap();
+        let Some(Command::Report(report)) = cli.command else { panic!("not report") };
+        assert_eq!((report.file, report.json), (PathBuf::from("run.rec"), true));
+        assert_eq!(report.exports, [PathBuf::from("a.csv")]);
+        for args in [&["report"][..], &["report", "run.rec", "--threads", "5"]] {
+            assert_eq!(parse(args).unwrap_err().exit_code(), 2, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn report_views_are_read() {
+        let view = |args: &[&str]| {
+            let cli = parse(&[&["report", "run.rec"][..], args].concat()).unwrap();
+            let Some(Command::Report(report)) = cli.command else { panic!("not report") };
+            report.view()
+        };
+        let v = view(&["--pid", "42", "--by-kind"]);
+        assert!(v.pid == Some(42) && matches!(v.shown, Shown::ByKind));
+        let v = view(&["--stage", "exit_mm"]);
+        assert!(v.pid.is_none() && matches!(v.shown, Shown::Stage(ref s) if s == "exit_mm"));
+        assert!(matches!(view(&[]).shown, Shown::Report));
+        assert_eq!(view(&["--comm", "sh"]).comm, Some(TaskName::of("sh")));
+        for args in [
+            &["report", "r", "--by-kind", "--stage", "x"][..],
+            &["report", "r", "--pid", "0"],
+            &["report", "r", "--pid", "1", "--comm", "sh"],
+            &["report", "r", "--comm", "a-name-of-16-byte"],
+        ] {
+            assert_eq!(parse(args).unwrap_err().exit_code(), 2, "{args:?}");
+        }
+    }
+
+    #[test]
     fn workload_child_parses() {
         let cli = parse(&["__workload", "--channel-fd", "5", "threads", "--threads", "4"]).unwrap();
         let Some(Command::Driver(child)) = cli.command else { panic!("not a workload child") };
@@ -872,6 +1170,45 @@ mod tests {
         let DriverCommand::Exec { program, argv } = child.command else { panic!("not exec") };
         assert_eq!(program, "/bin/sh");
         assert_eq!(argv, ["sh", "-c", "true"]);
+    }
+
+    #[test]
+    fn diff_reads_two_documents_or_two_sides_split_by_a_double_dash() {
+        let diff = |args: &[&str]| {
+            let cli = parse(&[&["diff"], args].concat())?;
+            let Some(Command::Diff(diff)) = cli.command else { panic!("not diff: {args:?}") };
+            diff.request()
+        };
+        let paths = |inputs: &[Input]| -> Vec<String> {
+            inputs.iter().map(|i| i.path().display().to_string()).collect()
+        };
+        let one_each = diff(&["a.json", "b.json"]).unwrap();
+        assert_eq!(
+            (paths(&one_each.a), paths(&one_each.b)),
+            (vec!["a.json".to_owned()], vec!["b.json".to_owned()])
+        );
+        let repeated =
+            diff(&["--json", "--export", "d.svg", "a1", "a2", "a3", "--", "b1", "b2"]).unwrap();
+        assert_eq!(
+            (paths(&repeated.a), paths(&repeated.b)),
+            (
+                vec!["a1".to_owned(), "a2".to_owned(), "a3".to_owned()],
+                vec!["b1".to_owned(), "b2".to_owned()]
+            )
+        );
+        assert!(repeated.json);
+        assert_eq!(repeated.exports[0].format, Format::Svg);
+        for (args, mentions) in [
+            (&["a1", "a2", "a3"][..], "two sides"),
+            (&["a"], "two sides"),
+            (&["a1", "--", "b1", "--json"], "options go before `--`"),
+            (&["--export", "d.csv", "a", "b"], ".json or .svg"),
+        ] {
+            let err = diff(args).err().unwrap_or_else(|| panic!("{args:?} accepted"));
+            assert_eq!(err.exit_code(), 2, "{args:?}");
+            assert!(err.to_string().contains(mentions), "{args:?}: {err}");
+        }
+        assert_eq!(parse(&["diff"]).unwrap_err().exit_code(), 2);
     }
 
     #[test]
@@ -910,6 +1247,8 @@ mod tests {
         "plan",
         "compare",
         "sweep",
+        "diff",
+        "a.json",
         "--toggle",
         "delayacct",
         "probes",
@@ -925,6 +1264,10 @@ mod tests {
         "exec",
         "--program",
         "--channel-fd",
+        "record",
+        "-o",
+        "report",
+        "run.rec",
         "--help",
         "0",
         "1",
@@ -954,8 +1297,18 @@ mod tests {
         ) {
             match parse(&words.iter().map(String::as_str).collect::<Vec<_>>()) {
                 Ok(cli) => {
+                    let refused = match &cli.command {
+                        Some(Command::Diff(diff)) => diff.request().err(),
+                        Some(Command::Report(report)) => report.export_targets().err(),
+                        _ => None,
+                    };
+                    if let Some(e) = refused
+                    {
+                        prop_assert_eq!(e.exit_code(), 2);
+                    }
                     let run = match &cli.command {
                         None => Some(&cli.run),
+                        Some(Command::Record(r)) => Some(&r.run),
                         Some(Command::Compare(c)) => Some(&c.run),
                         Some(Command::Sweep(s)) => Some(&s.compare.run),
                         Some(_) => None,

@@ -12,13 +12,15 @@ use crate::support::{exitprof_path, num, require_root};
 /// serve's port (`--listen` defaults to 127.0.0.1:19100).
 const PORT: u16 = 19100;
 
-fn deploy_file(name: &str) -> (PathBuf, String) {
+/// A file of `deploy/`: its path and its text.
+pub fn deploy_file(name: &str) -> (PathBuf, String) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy").join(name);
     let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     (path, text)
 }
 
-fn yaml(name: &str) -> Yaml {
+/// A YAML file of `deploy/`, holding one document.
+pub fn yaml(name: &str) -> Yaml {
     let (path, text) = deploy_file(name);
     let mut docs = YamlLoader::load_from_str(&text)
         .unwrap_or_else(|e| panic!("{} is not valid YAML: {e}", path.display()));

@@ -22,7 +22,9 @@ use hdrhistogram::{
 use openmetrics_parser::{PrometheusValue, prometheus::parse_prometheus};
 use serde::Deserialize;
 
-use crate::support::{Started, assert_nothing_left, become_subreaper, exitprof, require_root, run};
+use crate::support::{
+    Started, assert_nothing_left, become_subreaper, exitprof, file_names, require_root, run,
+};
 
 /// The `--json` document's keys these tests read, typed.
 #[derive(Debug, Deserialize)]
@@ -72,15 +74,6 @@ fn run_ok(args: &[&str]) -> Output {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exitprof {args:?} failed ({}):\n{stderr}", out.status);
     out
-}
-
-fn file_names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 /// Every interval histogram of an HdrHistogram log, by tag.

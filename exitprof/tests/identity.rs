@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::support::{c_program, num, require_root, run_json};
+use crate::support::{Watcher, c_program, num, require_root, run_json};
 
 /// `by_kind` as (kind, exits) pairs.
 fn kinds(doc: &Value) -> Vec<(String, f64)> {
@@ -62,4 +62,45 @@ fn a_thread_that_execs_does_not_take_over_the_leaders_record() {
         doc["by_kind"]
     );
     assert_eq!(num(&doc, "truncated"), 0.0);
+}
+
+/// The leader exits first; then another thread executes a shell that runs three commands. The
+/// shell is the same process, the target still: five exits (the leader's, three commands', the
+/// shell's), where the new program's walk up its ancestry once reached exitprof, which is not
+/// followed, and lost the shell and all it started without a count.
+#[test]
+fn a_program_executed_after_its_leader_exited_is_followed_with_all_it_starts() {
+    require_root();
+    let program = c_program("leader_exits_then_execs");
+    let script = "/bin/true; /bin/true; /bin/true; :";
+    let doc = run_json(&["--", program.to_str().unwrap(), "/bin/sh", "-c", script]);
+    assert_eq!(num(&doc, "exits_recorded"), 5.0, "{}", doc["by_kind"]);
+    assert_eq!(num(&doc, "lost"), 0.0, "{}", doc["losses"]);
+    assert_eq!(
+        kinds(&doc),
+        [("thread".to_owned(), 1.0), ("process".to_owned(), 4.0)],
+        "{}",
+        doc["by_kind"]
+    );
+}
+
+/// Depth of a process chain: more generations than the kernel side walks up.
+const DEEP: u32 = 100;
+
+/// Watching every exit, a process deeper than the ancestry walk is neither lost nor "not known
+/// to be followed": only exitprof's own exits are left out, and those are known at once.
+#[test]
+fn watching_all_exits_counts_none_of_a_deep_tree_as_unknown() {
+    require_root();
+    let watcher = Watcher::start(&["--all", "--duration", "3"]);
+    let status = std::process::Command::new(c_program("deep_tree"))
+        .arg(DEEP.to_string())
+        .status()
+        .expect("deep_tree runs");
+    assert!(status.success(), "deep_tree {DEEP} failed: {status}");
+    let doc = watcher.finish();
+    assert_eq!(num(&doc["losses"], "follow_unknown"), 0.0, "{}", doc["losses"]);
+    assert_eq!(num(&doc, "lost"), 0.0, "{}", doc["losses"]);
+    let recorded = num(&doc, "exits_recorded");
+    assert!(recorded >= f64::from(DEEP), "{recorded} exits recorded, the chain alone made {DEEP}");
 }

@@ -1,7 +1,7 @@
 //! The threads storm end to end on the running kernel: every exit recorded, none lost, latencies
 //! plausible, stages summing to the exit, blocks traced to their kernel stacks.
 
-use crate::support::{num, require_root, run_json};
+use crate::support::{c_program, num, require_root, run_json};
 
 #[test]
 fn small_threads_storm_records_every_exit() {
@@ -47,29 +47,46 @@ fn stages_sum_to_the_whole_exit() {
     }
 }
 
+/// Exits that block by construction (their tracer holds each at its exit stop): all of their
+/// blocked time is in "blocked in" when stacks are on, in stacks of the wait, and none is
+/// when they are off, though the blocked time is measured either way.
 #[test]
 fn blocked_exits_are_traced_to_kernel_stacks_unless_stacks_are_off() {
+    const EXITS: f64 = 3.0;
     require_root();
+    let program = c_program("exit_stop");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("held");
     for stacks in [true, false] {
-        let mut args = vec!["--threads", "300", "--reps", "2", "--stagger-us", "0"];
+        let mut args = vec!["--"];
         if !stacks {
-            args.push("--no-block-stacks");
+            args.insert(0, "--no-block-stacks");
         }
+        args.extend([program.to_str().unwrap(), "20", "3", out.to_str().unwrap()]);
         let doc = run_json(&args);
+        let hold = measured_hold(&out);
+        let blocked = num(&doc, "blocked_ns");
+        assert!(blocked >= EXITS * hold, "{blocked} ns blocked, the holds were {hold} ns each");
         let blocked_in = doc["blocked_in"].as_array().expect("blocked_in");
         if !stacks {
             assert!(blocked_in.is_empty(), "stacks off, yet {blocked_in:?}");
             continue;
         }
-        let exit = &doc["stages"][0];
-        if num(exit, "off_cpu_share") - num(exit, "runq_share") == 0.0 {
-            continue; // no exit blocked: nothing to trace
-        }
-        assert!(!blocked_in.is_empty(), "exits blocked, but no stack was taken");
-        let share: f64 = blocked_in.iter().map(|b| num(b, "share")).sum();
-        assert!((share - 1.0).abs() < 1e-9, "shares add up to {share}");
-        let exits: f64 = blocked_in.iter().map(|b| num(b, "exits")).sum();
-        assert!(exits <= num(&doc, "exits_recorded"), "{exits} blocked exits");
+        let in_rows: f64 = blocked_in.iter().map(|b| num(b, "est_ns")).sum();
+        let unwalked = num(&doc, "blocked_unwalked_ns");
+        assert!(
+            (in_rows + unwalked - blocked).abs() <= 1e-6 * blocked,
+            "rows hold {in_rows} ns and {unwalked} ns were not walked, of {blocked} ns blocked"
+        );
+        let ptrace: f64 = blocked_in
+            .iter()
+            .filter(|b| b["stack"][0] == "ptrace_stop")
+            .map(|b| num(b, "est_ns"))
+            .sum();
+        assert!(
+            ptrace >= EXITS * hold,
+            "{ptrace} ns in ptrace_stop of {blocked} ns: {blocked_in:?}"
+        );
         for b in blocked_in {
             let frames: Vec<&str> =
                 b["stack"].as_array().unwrap().iter().filter_map(|f| f.as_str()).collect();
@@ -77,4 +94,10 @@ fn blocked_exits_are_traced_to_kernel_stacks_unless_stacks_are_off() {
             assert!(!frames.contains(&"__schedule"), "scheduler frames are left out: {frames:?}");
         }
     }
+}
+
+/// The hold exit_stop measured.
+fn measured_hold(path: &std::path::Path) -> f64 {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.trim().strip_prefix("hold_ns=").and_then(|v| v.parse().ok()).expect("hold_ns=")
 }

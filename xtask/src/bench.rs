@@ -1,8 +1,8 @@
-//! `cargo xtask bench-driver`: exitprof's storm drivers against C programs with the seeds'
-//! semantics, with no probes attached, so that a storm driven by exitprof costs what the seeds'
-//! programs cost.
+//! `cargo xtask bench-driver`: exitprof's storm drivers against C programs that do what the
+//! programs of the 2006 LKML taskstats benchmark and the 2012 LKML CLONE_NEWIPC report did, with
+//! no probes attached, so that a storm driven by exitprof costs what those programs cost.
 //!
-//! Both sides are measured the way `/usr/bin/time` measured the seeds: elapsed from spawn to
+//! Both sides are measured the way `/usr/bin/time` measured those programs: elapsed from spawn to
 //! reap, user and sys from `wait4`. Runs alternate (reference, driver, reference, ...) so that
 //! the machine's noise falls on both; the table shows medians and the driver/reference ratios.
 

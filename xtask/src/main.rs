@@ -8,6 +8,7 @@ mod dist;
 mod layout;
 mod measure;
 mod overhead;
+mod packages;
 mod setup;
 mod test;
 mod vm;
@@ -38,10 +39,11 @@ enum Task {
     /// Builds exitprof statically linked (musl) into target/dist/exitprof, and a Debian package
     /// of it with a systemd unit for `exitprof serve`, installed disabled.
     Dist,
-    /// Tests exitprof's kprobe and fentry modes on Debian's 6.1 and 6.12 kernels in qemu.
+    /// Tests exitprof on Debian's kernels in qemu: 5.10, 6.1, 6.12 and the newest.
     VmTest(vm::VmTestArgs),
-    /// Compares exitprof's storm drivers, without probes, with C programs of the seeds'
-    /// semantics (interleaved runs, medians, ratios); writes target/bench-driver.json.
+    /// Compares exitprof's storm drivers, without probes, with C programs that do what those of
+    /// the 2006 LKML taskstats benchmark and the 2012 LKML CLONE_NEWIPC report did (interleaved
+    /// runs, medians, ratios); writes target/bench-driver.json.
     BenchDriver(bench::BenchArgs),
     /// Profiles a storm of a million exits and one of a tenth of that: exitprof's own CPU time
     /// and peak memory against the storm's; fails if its memory grows with the exits. Writes

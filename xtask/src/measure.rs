@@ -1,4 +1,5 @@
-//! Measuring the programs the benchmarks run, the way `/usr/bin/time` measured the seeds:
+//! Measuring the programs the benchmarks run, the way `/usr/bin/time` measured the 2006 and 2012
+//! LKML threads' programs:
 //! elapsed from spawn to reap, user and sys from `wait4`.
 
 use std::{

@@ -1,4 +1,5 @@
-//! `cargo xtask test`: the whole test suite, in the order that fails fastest.
+//! `cargo xtask test`: the whole test suite, in the order that fails fastest, after installing
+//! the Debian packages it needs (as root, when missing).
 //!
 //! 1. lints: the layout's rules, rustfmt, clippy on the userspace crates and on the eBPF crate;
 //! 2. unit tests (no root needed);
@@ -14,7 +15,7 @@ use clap::Args;
 
 use crate::{
     command::{cargo, root_command, run, workspace_root},
-    dist, layout, setup,
+    dist, layout, packages, setup,
     vm::{self, VmTestArgs},
 };
 
@@ -27,6 +28,11 @@ pub struct TestArgs {
 
 pub fn test(args: &TestArgs) -> anyhow::Result<()> {
     setup::setup()?;
+    let mut needed = packages::INTEGRATION.to_vec();
+    if !args.no_vm {
+        needed.extend(packages::VM);
+    }
+    packages::ensure(&needed)?;
     stage("lints", lint)?;
     stage("unit tests", || {
         cargo(&["test", "--locked", "--workspace", "--exclude", "exitprof-ebpf", "--lib", "--bins"])
@@ -49,8 +55,8 @@ fn stage(name: &str, f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<(
     Ok(())
 }
 
-/// The layout's rules, rustfmt, and clippy on both halves: userspace for the host, eBPF for the
-/// BPF target.
+/// The layout's rules, rustfmt, and clippy on both halves: userspace for the host, eBPF (both
+/// objects) for the BPF target.
 pub fn lint() -> anyhow::Result<()> {
     layout::check()?;
     cargo(&["fmt", "--all", "--", "--check"])?;
@@ -65,10 +71,16 @@ pub fn lint() -> anyhow::Result<()> {
         "-D",
         "warnings",
     ])?;
-    run(Command::new("cargo")
-        .args(["+nightly", "clippy", "--locked", "--package", "exitprof-ebpf", "--release"])
-        .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core", "--", "-D", "warnings"])
-        .current_dir(workspace_root()))
+    // Both objects: the default one and the compat one.
+    for features in [&[][..], &["--features", "compat"]] {
+        run(Command::new("cargo")
+            .args(["+nightly", "clippy", "--locked", "--package", "exitprof-ebpf", "--release"])
+            .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core"])
+            .args(features)
+            .args(["--", "-D", "warnings"])
+            .current_dir(workspace_root()))?;
+    }
+    Ok(())
 }
 
 /// Builds the integration tests, then runs each binary as root, one test at a time.

@@ -1,5 +1,10 @@
-//! Where exiting tasks block: the kernel stack of each exit's longest block (switched out while
-//! not runnable), named from kallsyms and added up by stack.
+//! Where exiting tasks block. The kernel side walks the stack of a budget of blocks per second
+//! and CPU and sends each with its length; here they are named from kallsyms and added up by
+//! stage and stack. Each stage's blocked time (from the exits' records, every block counted) is
+//! shared out between the stacks walked in it by their measured time: a walk is a sample of the
+//! stage's blocks, as likely for a short block as for a long one. So the table accounts for
+//! every nanosecond exits spent blocked, an exit that blocks a thousand times as much as one
+//! that blocks once; stages where no block was walked keep their time apart.
 
 use std::collections::HashMap;
 
@@ -7,10 +12,10 @@ use serde::Serialize;
 
 use crate::{
     analysis::{
-        on_cpu::exit_frames,
+        exit_stacks::ExitStacks,
+        on_cpu::{EXIT_FRAME, exit_frames},
         profile::Profile,
-        records::Exit,
-        stages::{Span, span_after},
+        records::{Exit, StackKind},
     },
     kernel::kallsyms::Kallsyms,
 };
@@ -28,128 +33,133 @@ const SCHEDULER_FRAMES: &[&str] = &[
     "io_schedule",
 ];
 
-/// Frames shown per stack.
-const FRAMES_SHOWN: usize = 5;
-
-/// Stacks where exits blocked, with how many exits and how long.
-#[derive(Default)]
-pub struct Blocking {
-    /// By raw stack (return addresses, innermost first), until the stacks are named.
-    by_raw: HashMap<Vec<u64>, Blocked>,
-    /// By named stack (innermost frame first).
-    by_stack: HashMap<Vec<String>, Blocked>,
-    /// Blocked time by stage (index of the profile's stages) and raw stack, for flame graphs.
-    by_stage: HashMap<(usize, Vec<u64>), u128>,
-    /// Exits that blocked, and those of them whose longest block's stack was walked (the
-    /// kernel side walks within a budget per second).
-    pub blocked_exits: u64,
-    pub walked_exits: u64,
-}
-
+/// How often the exits blocked, from their records.
 #[derive(Clone, Copy, Debug, Default)]
-struct Blocked {
-    exits: u64,
-    ns: u128,
+pub struct Blocking {
+    /// Exits that blocked at least once.
+    pub blocked_exits: u64,
+    /// Blocks in all (times an exiting task was switched out asleep).
+    pub blocks: u64,
 }
 
-/// One stack where exits blocked.
+impl Blocking {
+    pub fn exit(&mut self, exit: &Exit) {
+        if exit.blocks > 0 {
+            self.blocked_exits += 1;
+        }
+        self.blocks += u64::from(exit.blocks);
+    }
+}
+
+/// Where the exits blocked, all of their blocked time accounted for.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct BlockedReport {
+    /// Time the exits spent blocked, in all.
+    pub blocked_ns: u128,
+    /// Exits that blocked, and their blocks.
+    pub blocked_exits: u64,
+    pub blocks: u64,
+    /// Blocks whose stack was walked and joined to its exit.
+    pub blocks_walked: u64,
+    /// By stage and stack, most time first: the stage's blocked time shared out by the walked
+    /// blocks' time. They add up to `blocked_ns` less `unwalked_ns`.
+    pub stacks: Vec<BlockedIn>,
+    /// Blocked time in stages where no block's stack was walked (and of exits whose stages are
+    /// unknown, their hits truncated).
+    pub unwalked_ns: u128,
+}
+
+/// One stack where exits blocked, in one stage.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct BlockedIn {
-    /// Innermost frame first, the scheduler left out.
+    pub stage: String,
+    /// Innermost frame first, the scheduler left out, down to `do_exit`. A wait in code the
+    /// compiler inlined into `do_exit` is named after that code, marked `(inlined)`.
     pub stack: Vec<String>,
-    /// Exits whose longest walked block began here.
-    pub exits: u64,
-    /// Those blocks, summed.
-    pub total_ns: u128,
-    /// Of all the walked blocks' time.
+    /// Walked blocks in it, and their time.
+    pub blocks: u64,
+    pub walked_ns: u128,
+    /// The stage's blocked time times this stack's share of the time walked in the stage.
+    pub est_ns: f64,
+    /// Of all the exits' blocked time.
     pub share: f64,
 }
 
-/// The time exits blocked in one stack of one stage.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BlockedByStage {
-    pub stage: String,
-    /// Innermost frame first, the scheduler left out, down to `do_exit`.
-    pub stack: Vec<String>,
-    pub total_ns: u128,
-}
-
-impl Blocking {
-    /// An exit, with the spans the profile cut it into (which place its block in a stage).
-    pub fn exit(&mut self, exit: &Exit, spans: &[Span]) {
-        if let Some(block) = &exit.block
-            && let Some(span) = span_after(block.after_hits).and_then(|i| spans.get(i))
-        {
-            *self.by_stage.entry((span.stage, block.stack.clone())).or_default() +=
-                u128::from(block.ns);
+impl BlockedReport {
+    pub fn of(
+        blocking: Blocking,
+        stacks: &ExitStacks,
+        profile: &Profile,
+        symbols: &Kallsyms,
+    ) -> Self {
+        let mut walked: HashMap<(usize, Vec<String>), (u64, u128)> = HashMap::new();
+        for (stage, stack, tally) in stacks.tallies(StackKind::Blocked) {
+            let waits_inline = profile.stage(stage).map(|(s, _)| s.waits_inline.as_slice());
+            let named = blocked_frames(stack, symbols, waits_inline.unwrap_or_default());
+            let w = walked.entry((stage, named)).or_default();
+            w.0 += tally.count;
+            w.1 += tally.ns;
         }
-        if exit.longest_block_ns > 0 {
-            self.blocked_exits += 1;
+        let mut walked_in_stage: HashMap<usize, u128> = HashMap::new();
+        for ((stage, _), (_, ns)) in &walked {
+            *walked_in_stage.entry(*stage).or_default() += ns;
         }
-        if let Some(block) = &exit.block {
-            self.walked_exits += 1;
-            let b = self.by_raw.entry(block.stack.clone()).or_default();
-            b.exits += 1;
-            b.ns += u128::from(block.ns);
-        }
-    }
-
-    /// Names the stacks seen so far: `name` gives the function an address lies in.
-    pub fn name_stacks(&mut self, name: impl Fn(u64) -> String) {
-        for (stack, b) in self.by_raw.drain() {
-            let names: Vec<String> = stack
-                .into_iter()
-                .map(&name)
-                .skip_while(|f| SCHEDULER_FRAMES.iter().any(|s| f.starts_with(s)))
-                .take(FRAMES_SHOWN)
-                .collect();
-            let named = self.by_stack.entry(names).or_default();
-            named.exits += b.exits;
-            named.ns += b.ns;
-        }
-    }
-
-    /// The `top` stacks by blocked time.
-    pub fn report(&self, top: usize) -> Vec<BlockedIn> {
-        let total: u128 = self.by_stack.values().map(|b| b.ns).sum();
-        let mut stacks: Vec<BlockedIn> = self
-            .by_stack
-            .iter()
-            .map(|(stack, b)| BlockedIn {
-                stack: stack.clone(),
-                exits: b.exits,
-                total_ns: b.ns,
-                share: if total == 0 { 0.0 } else { b.ns as f64 / total as f64 },
-            })
-            .collect();
-        stacks.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.stack.cmp(&b.stack)));
-        stacks.truncate(top);
-        stacks
-    }
-}
-
-impl Blocking {
-    /// Blocked time by stage and named stack, most first.
-    pub fn by_stage(&self, profile: &Profile, symbols: &Kallsyms) -> Vec<BlockedByStage> {
-        let mut named: HashMap<(usize, Vec<String>), u128> = HashMap::new();
-        for ((stage, stack), &ns) in &self.by_stage {
-            *named.entry((*stage, exit_frames(stack, symbols, SCHEDULER_FRAMES))).or_default() +=
-                ns;
-        }
-        let mut stacks: Vec<BlockedByStage> = named
+        let whole = profile.exit();
+        let blocked_ns = whole.off_cpu_ns.saturating_sub(whole.runq_ns);
+        let stage_blocked = |index: usize| {
+            profile.stage(index).map_or(0, |(_, l)| l.off_cpu_ns.saturating_sub(l.runq_ns))
+        };
+        let accounted: u128 = walked_in_stage.keys().map(|&s| stage_blocked(s)).sum();
+        let mut rows: Vec<BlockedIn> = walked
             .into_iter()
-            .filter_map(|((stage, stack), total_ns)| {
-                let (stage, _) = profile.stage(stage)?;
-                Some(BlockedByStage { stage: stage.name.clone(), stack, total_ns })
+            .filter_map(|((index, stack), (blocks, walked_ns))| {
+                let (stage, _) = profile.stage(index)?;
+                let in_stage = walked_in_stage[&index];
+                let est_ns = if in_stage == 0 {
+                    0.0
+                } else {
+                    stage_blocked(index) as f64 * walked_ns as f64 / in_stage as f64
+                };
+                let share = if blocked_ns == 0 { 0.0 } else { est_ns / blocked_ns as f64 };
+                Some(BlockedIn {
+                    stage: stage.name.clone(),
+                    stack,
+                    blocks,
+                    walked_ns,
+                    est_ns,
+                    share,
+                })
             })
             .collect();
-        stacks.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.stack.cmp(&b.stack)));
-        stacks
+        rows.sort_by(|a, b| {
+            b.est_ns
+                .total_cmp(&a.est_ns)
+                .then_with(|| (&a.stage, &a.stack).cmp(&(&b.stage, &b.stack)))
+        });
+        Self {
+            blocked_ns,
+            blocked_exits: blocking.blocked_exits,
+            blocks: blocking.blocks,
+            blocks_walked: stacks.blocks.joined,
+            stacks: rows,
+            unwalked_ns: blocked_ns.saturating_sub(accounted),
+        }
     }
+}
+
+/// A block's frames, innermost first, the scheduler left out, cut at `do_exit`. A block whose
+/// innermost frame is `do_exit` itself waited in code inlined there: the stage's inlined code
+/// that can wait (`waits_inline`, from the exit path of the kernel) names it.
+fn blocked_frames(stack: &[u64], symbols: &Kallsyms, waits_inline: &[String]) -> Vec<String> {
+    let mut frames = exit_frames(stack, symbols, SCHEDULER_FRAMES);
+    if frames.first().map(String::as_str) == Some(EXIT_FRAME) && !waits_inline.is_empty() {
+        frames.insert(0, format!("{} (inlined)", waits_inline.join(" or ")));
+    }
+    frames
 }
 
 impl BlockedIn {
-    /// `rwsem_down_read_slowpath ← down_read ← exit_mm`: where it blocked, called from where.
+    /// `rwsem_down_read_slowpath ← down_read ← do_exit`: where it blocked, called from where.
     pub fn describe(&self, frames: usize) -> String {
         if self.stack.is_empty() {
             return "(stack unknown)".to_owned();
@@ -160,113 +170,143 @@ impl BlockedIn {
 
 #[cfg(test)]
 mod tests {
+    use exitprof_common::point::{Marker, Point};
+
     use super::*;
-    use crate::analysis::records::Block;
+    use crate::{
+        analysis::{
+            records::{ExitKey, KernelStack, PointHit},
+            stages::tests::plan,
+        },
+        kernel::version::KernelVersion,
+        probes::plan::{How, SiteId},
+    };
 
-    fn exit(stack: Option<&[u64]>, ns: u64) -> Exit {
-        Exit {
-            pid: 2,
-            tgid: 1,
-            longest_block_ns: ns,
-            block: stack.map(|s| Block { stack: s.to_vec(), ns, after_hits: 1 }),
-            ..Exit::default()
-        }
+    const KALLSYMS: &str = "ffffffff81000000 T __schedule\nffffffff81000100 T schedule\n\
+         ffffffff81000200 T rwsem_down_read_slowpath\nffffffff81000300 T down_read\n\
+         ffffffff81000400 T do_exit\nffffffff81000500 T __x64_sys_exit\n\
+         ffffffff81000600 T ptrace_stop\nffffffff81000700 T ptrace_notify\n";
+
+    fn at(symbols: &Kallsyms, names: &[&str]) -> Vec<u64> {
+        names.iter().map(|n| symbols.address(n).unwrap() + 0x10).collect()
     }
 
-    #[test]
-    fn stacks_are_named_without_the_scheduler_and_ranked_by_time() {
-        let mut b = Blocking::default();
-        b.exit(&exit(Some(&[1, 2, 3, 7, 8]), 300), &[]);
-        b.exit(&exit(Some(&[1, 2, 3, 7, 8]), 100), &[]);
-        b.exit(&exit(Some(&[1, 2, 3, 9, 8]), 600), &[]);
-        b.exit(&exit(None, 50), &[]);
-        b.exit(&exit(None, 0), &[]);
-        b.name_stacks(|ip| {
-            match ip {
-                1 => "__traceiter_sched_switch",
-                2 => "__schedule",
-                3 => "schedule",
-                7 => "rwsem_down_read_slowpath",
-                9 => "mutex_lock",
-                _ => "exit_mm",
-            }
-            .to_owned()
-        });
-        let r = b.report(5);
-        assert_eq!(r.len(), 2);
-        assert_eq!(
-            (r[0].describe(3), r[0].exits, r[0].total_ns),
-            ("mutex_lock ← exit_mm".into(), 1, 600)
-        );
-        assert_eq!((r[1].describe(1), r[1].exits), ("rwsem_down_read_slowpath".into(), 2));
-        assert!((r[0].share - 0.6).abs() < 1e-12);
-        assert_eq!((b.blocked_exits, b.walked_exits), (4, 3));
-    }
-
-    /// Distinct stacks never merge under one name unless their named frames are the same: they
-    /// are kept apart by their addresses until named (no stack map, no hash collisions).
-    #[test]
-    fn many_distinct_stacks_keep_their_own_names() {
-        let mut b = Blocking::default();
-        for i in 0..5_000u64 {
-            b.exit(&exit(Some(&[100 + i, 9_999]), i + 1), &[]);
-        }
-        b.name_stacks(|ip| format!("f{ip}"));
-        let r = b.report(usize::MAX);
-        assert_eq!(r.len(), 5_000);
-        for s in &r {
-            let ip: u64 = s.stack[0][1..].parse().unwrap();
-            assert_eq!(s.total_ns, u128::from(ip - 100 + 1), "{s:?}");
-        }
-    }
-
-    #[test]
-    fn blocked_time_is_placed_in_the_stage_the_block_lay_in() {
-        use exitprof_common::point::{Marker, Point};
-
-        use crate::{
-            analysis::{records::PointHit, stages::tests::plan},
-            kernel::version::KernelVersion,
-            probes::plan::{How, SiteId},
-        };
-        let plan = plan(
+    /// The tracepoint plan of 6.18: the exit syscall, sched_process_exit, the final switch.
+    fn profile() -> Profile {
+        Profile::new(&plan(
             KernelVersion::new(6, 18, 0),
             &[
                 (SiteId::Marker(Marker::SysEnterExit), How::Tracepoint, "syscalls:sys_enter_exit"),
                 (SiteId::Marker(Marker::SchedProcessExit), How::BtfTracepoint, "x"),
                 (SiteId::Marker(Marker::FinalSwitch), How::BtfTracepoint, "sched_switch"),
             ],
+        ))
+    }
+
+    /// An exit of `pid` that blocked `early_ns` in its first stage and `late_ns` in its second.
+    fn exit(pid: u32, early_ns: u64, late_ns: u64) -> Exit {
+        let hit = |point, ts_ns, off_cpu_ns| PointHit { point, ts_ns, off_cpu_ns, runq_ns: 0 };
+        Exit {
+            pid,
+            tgid: pid,
+            blocks: 2,
+            hits: vec![
+                hit(Point::Marker(Marker::SysEnterExit), 1_000, 0),
+                hit(Point::Marker(Marker::SchedProcessExit), 2_000 + early_ns, early_ns),
+                hit(
+                    Point::Marker(Marker::FinalSwitch),
+                    3_000 + early_ns + late_ns,
+                    early_ns + late_ns,
+                ),
+            ],
+            ..Exit::default()
+        }
+    }
+
+    fn block(pid: u32, n_hits: u32, ns: u64, stack: Vec<u64>) -> KernelStack {
+        KernelStack {
+            kind: StackKind::Blocked,
+            exit: ExitKey { pid, start_ns: 1_000 },
+            n_hits,
+            ts_ns: 1_500,
+            ns,
+            stack,
+        }
+    }
+
+    /// Every block counts, not only each exit's longest: the stage's blocked time is shared out
+    /// by what was walked, the stages without walks kept apart, and all of it adds up to the
+    /// exits' blocked time. A wait directly in do_exit is named after the inlined code of its
+    /// stage that can wait.
+    #[test]
+    fn all_blocked_time_is_accounted_by_stage_and_stack() {
+        let symbols = Kallsyms::parse(KALLSYMS.as_bytes()).unwrap();
+        let mut profile = profile();
+        let mut stacks = ExitStacks::default();
+        let mut blocking = Blocking::default();
+        let ptrace = at(
+            &symbols,
+            &[
+                "__schedule",
+                "schedule",
+                "ptrace_stop",
+                "ptrace_notify",
+                "do_exit",
+                "__x64_sys_exit",
+            ],
         );
-        let mut profile = Profile::new(&plan);
-        let symbols = Kallsyms::parse(
-            "ffffffff81000000 T __schedule\nffffffff81000100 T rwsem_down_read_slowpath\n\
-             ffffffff81000200 T down_read\nffffffff81000300 T do_exit\n\
-             ffffffff81000400 T __x64_sys_exit\n"
-                .as_bytes(),
-        )
-        .unwrap();
-        let hit = |point, ts_ns| PointHit { point, ts_ns, off_cpu_ns: 0, runq_ns: 0 };
-        let mut e = exit(Some(&[0xffffffff81000010, 0xffffffff81000110, 0xffffffff81000210]), 0);
-        e.block.as_mut().unwrap().stack.extend([0xffffffff81000310, 0xffffffff81000410]);
-        e.block.as_mut().unwrap().after_hits = 2;
-        e.block.as_mut().unwrap().ns = 7_000;
-        e.hits = vec![
-            hit(Point::Marker(Marker::SysEnterExit), 0),
-            hit(Point::Marker(Marker::SchedProcessExit), 1_000),
-            hit(Point::Marker(Marker::FinalSwitch), 9_000),
-        ];
-        let mut b = Blocking::default();
-        let spans = profile.add(&e);
-        b.exit(&e, &spans);
+        let inline = at(&symbols, &["__schedule", "schedule", "do_exit", "__x64_sys_exit"]);
+        let rwsem =
+            at(&symbols, &["__schedule", "rwsem_down_read_slowpath", "down_read", "do_exit"]);
+        // Exit 1 blocks 50 ms in its first stage, in ten blocks of which three were walked
+        // (ptrace_stop twice, do_exit once), and 1 ms in its second, none walked.
+        for (stack, ns) in [(&ptrace, 5_000_000), (&ptrace, 5_000_000), (&inline, 10_000_000)] {
+            stacks.record(&block(1, 1, ns, stack.clone()));
+        }
+        let e = exit(1, 50_000_000, 1_000_000);
+        blocking.exit(&e);
+        stacks.exit(&e, &profile.add(&e));
+        // Exit 2 blocks 2 ms in its second stage, walked once (for 2 ms).
+        let e = Exit { pid: 2, tgid: 2, ..exit(2, 0, 2_000_000) };
+        stacks.record(&block(2, 2, 2_000_000, rwsem.clone()));
+        blocking.exit(&e);
+        stacks.exit(&e, &profile.add(&e));
+        stacks.finish();
+        let report = BlockedReport::of(blocking, &stacks, &profile, &symbols);
+        assert_eq!(report.blocked_ns, 53_000_000);
+        assert_eq!((report.blocked_exits, report.blocks, report.blocks_walked), (2, 4, 4));
+        let rows: Vec<(String, String, u64, f64)> = report
+            .stacks
+            .iter()
+            .map(|b| (b.stage.clone(), b.describe(3), b.blocks, b.est_ns))
+            .collect();
         assert_eq!(
-            b.by_stage(&profile, &symbols),
-            [BlockedByStage {
-                stage: "perf_event_exit_task…__schedule".to_owned(),
-                stack: ["rwsem_down_read_slowpath", "down_read", "do_exit"]
-                    .map(str::to_owned)
-                    .to_vec(),
-                total_ns: 7_000,
-            }]
+            rows,
+            [
+                (
+                    "do_exit…taskstats_exit".to_owned(),
+                    "ptrace_stop ← ptrace_notify ← do_exit".to_owned(),
+                    2,
+                    25e6
+                ),
+                (
+                    "do_exit…taskstats_exit".to_owned(),
+                    "synchronize_group_exit (inlined) ← do_exit".to_owned(),
+                    1,
+                    25e6
+                ),
+                (
+                    "perf_event_exit_task…__schedule".to_owned(),
+                    "rwsem_down_read_slowpath ← down_read ← do_exit".to_owned(),
+                    1,
+                    3e6
+                ),
+            ]
         );
+        // Exit 1's late millisecond went into a stage where exit 2's block was walked.
+        assert_eq!(report.unwalked_ns, 0);
+        let total: f64 =
+            report.stacks.iter().map(|b| b.est_ns).sum::<f64>() + report.unwalked_ns as f64;
+        assert!((total - report.blocked_ns as f64).abs() < 1.0);
     }
 }

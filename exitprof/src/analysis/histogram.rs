@@ -19,8 +19,20 @@ pub const MAX_TRACKABLE_NS: u64 = 3_600_000_000_000;
 
 impl Default for Latency {
     fn default() -> Self {
+        Self::with_digits(3)
+    }
+}
+
+impl Latency {
+    /// Percentiles within 1 % rather than 0.1 %, in an eighth of the memory (some 37 KB instead
+    /// of 270 KB): for what is kept many times over, as each group of exits.
+    pub fn coarse() -> Self {
+        Self::with_digits(2)
+    }
+
+    fn with_digits(significant: u8) -> Self {
         Self {
-            hist: Histogram::new_with_bounds(1, MAX_TRACKABLE_NS, 3)
+            hist: Histogram::new_with_bounds(1, MAX_TRACKABLE_NS, significant)
                 .expect("valid bounds and precision"),
             total_ns: 0,
             off_cpu_ns: 0,

@@ -6,17 +6,20 @@
 //! It reads the probe plan (`probes::plan`) and the kernel's exit-path table to name stages, the
 //! kernel's counts of each program's runs (`probes::load::ProgramCost`) to price them,
 //! and a parsed kallsyms (`kernel::kallsyms`) to name the frames of kernel stacks;
-//! it must not import `run`, `report`, `export` or `cli` (its tests may check their figures
-//! against what `report` says of them).
+//! it must not import `run`, `cli`, nor the presentation layer (`present`, `report`, `export`,
+//! `diff`), its tests included: the verdicts' tests are `report`'s.
 
 pub mod blocking;
 pub mod comparison;
 pub mod deferred;
+pub mod exit_stacks;
+pub mod fixed_buckets;
 pub mod histogram;
 pub mod on_cpu;
 pub mod probe_effect;
 pub mod profile;
 pub mod records;
 pub mod session;
+pub mod stage_detail;
 pub mod stages;
 pub mod stats;

@@ -1,41 +1,21 @@
-//! Where exits compute: the kernel stacks the sampling clock caught inside followed exits, each
-//! joined to its exit's record, counted under the stage the exit was in, and named from kallsyms.
-//!
-//! A sample is sent before its exit's record (the record goes at the exit's final switch-out),
-//! but the two come through different ring buffers, read one after the other: a sample may be
-//! read before its exit's record, and then waits for it, or after it, and then finds it among
-//! the exits recently read. Either way it is keyed by the exit it names: (thread id, first hit's
-//! timestamp). It says how many hits the record held when it was taken, so the stage is the one
-//! of the span between the last of those hits and the next, exactly as the profile cut it.
+//! Where exits compute: the kernel stacks the sampling clock caught inside followed exits
+//! (joined to their exits by [`ExitStacks`]), by the stage the exit was in, named from kallsyms.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
 use crate::{
     analysis::{
+        exit_stacks::{ExitStacks, JoinCounts},
         profile::Profile,
-        records::{CpuSample, Exit},
-        stages::{Span, span_after},
+        records::StackKind,
     },
     kernel::kallsyms::Kallsyms,
 };
 
-/// A sample waits this long (by the samples' own clock) for its exit's record. An exit that
-/// computes for longer than this is stuck, and its samples are counted as never joined.
-const WAIT_LIMIT_NS: u64 = 30_000_000_000;
-/// Most samples waiting at once; later ones are counted as never joined. At the default rate
-/// on 2 CPUs this is minutes of exits that never end.
-const MAX_WAITING: usize = 200_000;
-/// How often (by the samples' clock) the waiting samples are swept for expired ones.
-const SWEEP_EVERY_NS: u64 = 1_000_000_000;
-/// Exits remembered for samples read after their record (the samples' ring buffer is read right
-/// after the exits'): more than a full exit ring buffer holds (4 MiB of records of 370 bytes or
-/// more), in a few MiB.
-const RECENT_EXITS: usize = 16_384;
-
-/// The frame a sampled stack is cut at: the exit itself. Frames outside it (the syscall or
-/// signal delivery that called it) are the same for every exit and say nothing.
+/// The frame a stack is cut at: the exit itself. Frames outside it (the syscall or signal
+/// delivery that called it) are the same for every exit and say nothing.
 pub const EXIT_FRAME: &str = "do_exit";
 /// Frames of the sampling itself (the timer interrupt, perf and the eBPF program) that can sit
 /// innermost, above the code that was interrupted; `?` is code kallsyms does not name.
@@ -54,146 +34,15 @@ const SAMPLING_FRAMES: &[&str] = &[
 /// samples: the chain it names is where most of the stage's CPU time goes.
 const HOT_PATH_SHARE: f64 = 0.5;
 
-/// What became of the samples.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct SampleCounts {
-    /// Counted under a stage of their exit.
-    pub joined: u64,
-    /// Their exit's record never came (the exit was lost, or did not end while exitprof
-    /// watched), or they waited too long for it.
-    pub unjoined: u64,
-    /// Their exit came, but lost the hits that would place them (more hits than a record
-    /// holds).
-    pub unplaced: u64,
-}
-
-/// A sample waiting for its exit.
-#[derive(Clone, Copy)]
-struct Waiting {
-    n_hits: u32,
-    ts_ns: u64,
-    stack: u32,
-}
-
-/// Samples folded by stage and stack, and those still waiting for their exit.
-#[derive(Default)]
-pub struct OnCpu {
-    waiting: HashMap<(u32, u64), Vec<Waiting>>,
-    /// The stage of each span of the exits read last, by exit, oldest first in `recent_order`.
-    recent: HashMap<(u32, u64), Box<[u16]>>,
-    recent_order: VecDeque<(u32, u64)>,
-    n_waiting: usize,
-    newest_ns: u64,
-    swept_ns: u64,
-    /// Each distinct raw stack once; samples refer to it by index.
-    stacks: Vec<Vec<u64>>,
-    stack_ids: HashMap<Vec<u64>, u32>,
-    /// Samples by (stage index, stack index).
-    counts: HashMap<(usize, u32), u64>,
-    pub sampled: SampleCounts,
-}
-
-impl OnCpu {
-    /// One sample: it joins its exit if that was read already, or waits for it.
-    pub fn sample(&mut self, sample: &CpuSample) {
-        let key = (sample.pid, sample.exit_start_ns);
-        let stack = self.intern(&sample.stack);
-        if let Some(stages) = self.recent.get(&key) {
-            let stage = place(stages, sample.n_hits);
-            self.count(stage, stack);
-            return;
-        }
-        self.newest_ns = self.newest_ns.max(sample.ts_ns);
-        if self.newest_ns.saturating_sub(self.swept_ns) >= SWEEP_EVERY_NS {
-            self.expire();
-        }
-        if self.n_waiting >= MAX_WAITING {
-            self.sampled.unjoined += 1;
-            return;
-        }
-        self.waiting.entry(key).or_default().push(Waiting {
-            n_hits: sample.n_hits,
-            ts_ns: sample.ts_ns,
-            stack,
-        });
-        self.n_waiting += 1;
-    }
-
-    /// An exit, with the spans the profile cut it into: the samples that wait for it join it,
-    /// and it is remembered for those read later.
-    pub fn exit(&mut self, exit: &Exit, spans: &[Span]) {
-        let Some(start) = exit.hits.first() else { return };
-        let key = (exit.pid, start.ts_ns);
-        // Stage indices are few (one per distinct name): u16 keeps the remembered exits small.
-        let stages: Box<[u16]> =
-            spans.iter().map(|s| u16::try_from(s.stage).unwrap_or(u16::MAX)).collect();
-        let waiting = self.waiting.remove(&key).unwrap_or_default();
-        self.n_waiting -= waiting.len();
-        for w in waiting {
-            let stage = place(&stages, w.n_hits);
-            self.count(stage, w.stack);
-        }
-        if self.recent_order.len() >= RECENT_EXITS
-            && let Some(oldest) = self.recent_order.pop_front()
-        {
-            self.recent.remove(&oldest);
-        }
-        self.recent.insert(key, stages);
-        self.recent_order.push_back(key);
-    }
-
-    fn count(&mut self, stage: Option<usize>, stack: u32) {
-        match stage {
-            Some(stage) => {
-                *self.counts.entry((stage, stack)).or_default() += 1;
-                self.sampled.joined += 1;
-            }
-            None => self.sampled.unplaced += 1,
-        }
-    }
-
-    /// The run is over: samples still waiting will never join their exit.
-    pub fn finish(&mut self) {
-        self.sampled.unjoined += self.n_waiting as u64;
-        self.waiting.clear();
-        self.n_waiting = 0;
-    }
-
-    /// Counts as never joined the samples of exits whose newest sample is older than the wait
-    /// limit.
-    fn expire(&mut self) {
-        let limit = self.newest_ns.saturating_sub(WAIT_LIMIT_NS);
-        let mut expired = 0;
-        self.waiting.retain(|_, samples| {
-            let keep = samples.iter().any(|w| w.ts_ns >= limit);
-            if !keep {
-                expired += samples.len();
-            }
-            keep
-        });
-        self.n_waiting -= expired;
-        self.sampled.unjoined += expired as u64;
-        self.swept_ns = self.newest_ns;
-    }
-
-    fn intern(&mut self, stack: &[u64]) -> u32 {
-        if let Some(&id) = self.stack_ids.get(stack) {
-            return id;
-        }
-        let id = u32::try_from(self.stacks.len()).expect("fewer than 2^32 distinct stacks");
-        self.stacks.push(stack.to_vec());
-        self.stack_ids.insert(stack.to_vec(), id);
-        id
-    }
-
+impl OnCpuReport {
     /// The samples by stage, stacks named and trimmed, most sampled stage first; each stack's
     /// estimated time is its share of the stage's samples times the stage's on-CPU time in
     /// `profile`.
-    pub fn report(&self, profile: &Profile, symbols: &Kallsyms) -> OnCpuReport {
+    pub fn of(stacks: &ExitStacks, profile: &Profile, symbols: &Kallsyms) -> Self {
         let mut by_stage: BTreeMap<usize, HashMap<Vec<String>, u64>> = BTreeMap::new();
-        for (&(stage, stack), &n) in &self.counts {
-            let named = exit_frames(&self.stacks[stack as usize], symbols, SAMPLING_FRAMES);
-            *by_stage.entry(stage).or_default().entry(named).or_default() += n;
+        for (stage, stack, tally) in stacks.tallies(StackKind::OnCpu) {
+            let named = exit_frames(stack, symbols, SAMPLING_FRAMES);
+            *by_stage.entry(stage).or_default().entry(named).or_default() += tally.count;
         }
         let mut stages: Vec<StageOnCpu> = by_stage
             .into_iter()
@@ -204,14 +53,8 @@ impl OnCpu {
             })
             .collect();
         stages.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.stage.cmp(&b.stage)));
-        OnCpuReport { sampled: self.sampled, stages }
+        Self { sampled: stacks.samples, stages }
     }
-}
-
-/// The stage of the span a sample taken after `n_hits` hits lies in (`None` when the exit's
-/// record lacks the hits that would place it).
-fn place(stages: &[u16], n_hits: u32) -> Option<usize> {
-    span_after(n_hits).and_then(|i| stages.get(i)).map(|&s| usize::from(s))
 }
 
 /// A raw stack's function names, innermost first: frames starting with one of `innermost` (the
@@ -232,7 +75,7 @@ pub fn exit_frames(stack: &[u64], symbols: &Kallsyms, innermost: &[&str]) -> Vec
 /// The samples of a run (or of one side of a comparison), by stage.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct OnCpuReport {
-    pub sampled: SampleCounts,
+    pub sampled: JoinCounts,
     /// Stages with samples, most sampled first.
     pub stages: Vec<StageOnCpu>,
 }
@@ -331,7 +174,10 @@ mod tests {
 
     use super::*;
     use crate::{
-        analysis::{records::PointHit, stages::tests::plan},
+        analysis::{
+            records::{Exit, ExitKey, KernelStack, PointHit},
+            stages::tests::plan,
+        },
         kernel::version::KernelVersion,
         probes::plan::{How, SiteId},
     };
@@ -417,42 +263,49 @@ ffffffff81000f00 T filp_close
         }
     }
 
-    fn sample(pid: u32, start: u64, n_hits: u32, ts: u64, stack: Vec<u64>) -> CpuSample {
-        CpuSample { pid, n_hits, exit_start_ns: start, ts_ns: start + ts, stack }
+    fn sample(pid: u32, start: u64, n_hits: u32, ts: u64, stack: Vec<u64>) -> KernelStack {
+        KernelStack {
+            kind: StackKind::OnCpu,
+            exit: ExitKey { pid, start_ns: start },
+            n_hits,
+            ts_ns: start + ts,
+            ns: 0,
+            stack,
+        }
     }
 
     /// Folds the exit into the profile and its samples into `on_cpu`, as the session does.
-    fn fold(profile: &mut Profile, on_cpu: &mut OnCpu, exit: &Exit) {
+    fn fold(profile: &mut Profile, on_cpu: &mut ExitStacks, exit: &Exit) {
         let spans = profile.add(exit);
         on_cpu.exit(exit, &spans);
     }
 
     #[test]
     fn samples_join_their_exit_under_the_stage_they_were_taken_in() {
-        let (mut profile, mut on_cpu) = (profile(), OnCpu::default());
+        let (mut profile, mut on_cpu) = (profile(), ExitStacks::default());
         let zap = exit_stack(&["zap_pte_range", "unmap_page_range", "unmap_vmas", "exit_mmap"]);
         let pgt = exit_stack(&["free_pgtables", "exit_mmap"]);
         // Two exits; the second's samples arrive before the first's record.
         for _ in 0..3 {
-            on_cpu.sample(&sample(7, 1_000, 2, 50_000, zap.clone()));
+            on_cpu.record(&sample(7, 1_000, 2, 50_000, zap.clone()));
         }
-        on_cpu.sample(&sample(7, 1_000, 2, 60_000, pgt.clone()));
-        on_cpu.sample(&sample(8, 5_000, 2, 10_000, zap.clone()));
+        on_cpu.record(&sample(7, 1_000, 2, 60_000, pgt.clone()));
+        on_cpu.record(&sample(8, 5_000, 2, 10_000, zap.clone()));
         // In the first stage of exit 8, and in the last one of exit 7.
-        on_cpu.sample(&sample(8, 5_000, 1, 500, stack(&["put_files_struct", "do_exit"])));
-        on_cpu.sample(&sample(7, 1_000, 3, 102_000, stack(&["do_exit"])));
+        on_cpu.record(&sample(8, 5_000, 1, 500, stack(&["put_files_struct", "do_exit"])));
+        on_cpu.record(&sample(7, 1_000, 3, 102_000, stack(&["do_exit"])));
         // A sample of an exit whose record never comes.
-        on_cpu.sample(&sample(9, 1_000, 2, 1, zap.clone()));
+        on_cpu.record(&sample(9, 1_000, 2, 1, zap.clone()));
         fold(&mut profile, &mut on_cpu, &exit(7, 1_000));
         // One read after its exit's record.
-        on_cpu.sample(&sample(7, 1_000, 2, 70_000, zap.clone()));
+        on_cpu.record(&sample(7, 1_000, 2, 70_000, zap.clone()));
         fold(&mut profile, &mut on_cpu, &exit(8, 5_000));
         // The same pid's next exit has samples of its own: none of the first's.
         fold(&mut profile, &mut on_cpu, &exit(7, 900_000));
         on_cpu.finish();
-        assert_eq!(on_cpu.sampled, SampleCounts { joined: 8, unjoined: 1, unplaced: 0 });
+        assert_eq!(on_cpu.samples, JoinCounts { joined: 8, unjoined: 1, unplaced: 0 });
 
-        let report = on_cpu.report(&profile, &symbols());
+        let report = OnCpuReport::of(&on_cpu, &profile, &symbols());
         let stages: Vec<(&str, u64)> =
             report.stages.iter().map(|s| (s.stage.as_str(), s.samples)).collect();
         assert_eq!(
@@ -485,17 +338,17 @@ ffffffff81000f00 T filp_close
 
     #[test]
     fn a_hot_path_stops_where_no_callee_holds_most_samples() {
-        let (mut profile, mut on_cpu) = (profile(), OnCpu::default());
+        let (mut profile, mut on_cpu) = (profile(), ExitStacks::default());
         let zap = exit_stack(&["zap_pte_range", "unmap_vmas", "exit_mmap"]);
         let pgt = exit_stack(&["free_pgtables", "exit_mmap"]);
         let files = exit_stack(&["filp_close", "put_files_struct"]);
         for (stack, n) in [(&zap, 4), (&pgt, 3), (&files, 3)] {
             for _ in 0..n {
-                on_cpu.sample(&sample(7, 1_000, 2, 50_000, stack.clone()));
+                on_cpu.record(&sample(7, 1_000, 2, 50_000, stack.clone()));
             }
         }
         fold(&mut profile, &mut on_cpu, &exit(7, 1_000));
-        let report = on_cpu.report(&profile, &symbols());
+        let report = OnCpuReport::of(&on_cpu, &profile, &symbols());
         let hot = report.stages[0].mostly_in.as_ref().unwrap();
         assert_eq!(hot.frames, ["exit_mmap"]);
         assert!((hot.share - 0.7).abs() < 1e-12);
@@ -520,22 +373,22 @@ ffffffff81000f00 T filp_close
 
     #[test]
     fn samples_that_cannot_join_are_counted() {
-        let (mut profile, mut on_cpu) = (profile(), OnCpu::default());
+        let (mut profile, mut on_cpu) = (profile(), ExitStacks::default());
         let s = stack(&["do_exit"]);
         // Expired: a sample older than the wait limit by the samples' clock, when the next one
         // comes; its exit's record comes too late.
-        on_cpu.sample(&sample(4, 1_000, 1, 10, s.clone()));
-        let late = WAIT_LIMIT_NS + 10_000;
-        on_cpu.sample(&sample(5, late, 1, 10, s.clone()));
+        on_cpu.record(&sample(4, 1_000, 1, 10, s.clone()));
+        let late = crate::analysis::exit_stacks::WAIT_LIMIT_NS + 10_000;
+        on_cpu.record(&sample(5, late, 1, 10, s.clone()));
         // More hits than the record holds, and none at all.
-        on_cpu.sample(&sample(7, late, 9, 10, s.clone()));
-        on_cpu.sample(&sample(7, late, 0, 10, s.clone()));
+        on_cpu.record(&sample(7, late, 9, 10, s.clone()));
+        on_cpu.record(&sample(7, late, 0, 10, s.clone()));
         fold(&mut profile, &mut on_cpu, &exit(7, late));
         fold(&mut profile, &mut on_cpu, &exit(4, 1_000));
-        assert_eq!(on_cpu.sampled, SampleCounts { joined: 0, unjoined: 1, unplaced: 2 });
+        assert_eq!(on_cpu.samples, JoinCounts { joined: 0, unjoined: 1, unplaced: 2 });
         on_cpu.finish();
-        assert_eq!(on_cpu.sampled.unjoined, 2);
-        assert!(on_cpu.report(&profile, &symbols()).stages.is_empty());
+        assert_eq!(on_cpu.samples.unjoined, 2);
+        assert!(OnCpuReport::of(&on_cpu, &profile, &symbols()).stages.is_empty());
     }
 
     #[test]
@@ -548,7 +401,7 @@ ffffffff81000f00 T filp_close
                 (SiteId::Marker(Marker::FinalSwitch), How::BtfTracepoint, "sched_switch"),
             ],
         );
-        let (mut profile, mut on_cpu) = (Profile::new(&plan), OnCpu::default());
+        let (mut profile, mut on_cpu) = (Profile::new(&plan), ExitStacks::default());
         let hit = |point, ts_ns| PointHit { point, ts_ns, off_cpu_ns: 0, runq_ns: 0 };
         let e = Exit {
             pid: 7,
@@ -562,9 +415,9 @@ ffffffff81000f00 T filp_close
             ..Exit::default()
         };
         let files = exit_stack(&["filp_close", "put_files_struct"]);
-        on_cpu.sample(&sample(7, 100, 2, 3_000, files));
+        on_cpu.record(&sample(7, 100, 2, 3_000, files));
         fold(&mut profile, &mut on_cpu, &e);
-        let report = on_cpu.report(&profile, &symbols());
+        let report = OnCpuReport::of(&on_cpu, &profile, &symbols());
         assert_eq!(report.stages[0].stage, "exit_files");
         assert_eq!(report.stages[0].stacks[0].est_ns, 5_000.0);
     }

@@ -9,7 +9,7 @@
 //! count. A run is priced at its program's mean run time over the run, from the kernel's BPF
 //! statistics (`--bpf-stats`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use exitprof_common::point::Point;
 use serde::Serialize;
@@ -33,10 +33,12 @@ pub const COUNTED: &str = "each hit of an exit but its last (the final switch-ou
 pub struct ProbeRuns {
     /// The program the plan attached at each point.
     programs: HashMap<Point, &'static str>,
-    /// Per stage, indexed as the profile numbers stages: runs of each program inside it.
-    stages: Vec<HashMap<&'static str, u64>>,
+    /// Per stage, indexed as the profile numbers stages: runs of each program inside it. By
+    /// name, so that pricing adds them up in one order: the same records give the same figures
+    /// to the last bit in every process (a record file's report is the document its run printed).
+    stages: Vec<BTreeMap<&'static str, u64>>,
     /// Runs of each program inside whole exits.
-    exits: HashMap<&'static str, u64>,
+    exits: BTreeMap<&'static str, u64>,
 }
 
 impl ProbeRuns {
@@ -47,7 +49,7 @@ impl ProbeRuns {
             .flat_map(|planned| planned.site.points())
             .filter_map(|point| Some((point, plan.program_at(point)?)))
             .collect();
-        Self { programs, stages: Vec::new(), exits: HashMap::new() }
+        Self { programs, stages: Vec::new(), exits: BTreeMap::new() }
     }
 
     /// Counts the program runs of one exit, cut into `spans` (none for a truncated exit: its
@@ -60,7 +62,7 @@ impl ProbeRuns {
             *self.exits.entry(program).or_default() += 1;
             if let Some(span) = spans.get(i) {
                 if self.stages.len() <= span.stage {
-                    self.stages.resize_with(span.stage + 1, HashMap::new);
+                    self.stages.resize_with(span.stage + 1, BTreeMap::new);
                 }
                 *self.stages[span.stage].entry(program).or_default() += 1;
             }
@@ -74,7 +76,7 @@ impl ProbeRuns {
             .filter(|c| c.runs > 0)
             .map(|c| (c.program.as_str(), c.run_ns as f64 / c.runs as f64))
             .collect();
-        let price = |runs: &HashMap<&'static str, u64>| -> f64 {
+        let price = |runs: &BTreeMap<&'static str, u64>| -> f64 {
             runs.iter().map(|(p, &n)| n as f64 * per_run.get(p).copied().unwrap_or(0.0)).sum()
         };
         let exits = profile.exits.max(1) as f64;

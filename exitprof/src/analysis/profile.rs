@@ -1,6 +1,9 @@
 //! The profile of a run: every recorded exit folded into per-stage latency histograms.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+
+use exitprof_common::{point::Point, record::FLAG_LATE_START};
 
 use crate::{
     analysis::{
@@ -16,7 +19,7 @@ pub struct Profile {
     namer: StageNamer,
     all: Histograms,
     /// Thread exits and process exits, by [`ExitKind`] (in `ExitKind::ALL` order).
-    kinds: [Histograms; 2],
+    kinds: [Histograms; 3],
     /// Exits recorded.
     pub exits: u64,
     /// Exits whose start marker was not seen (they began on a path no start probe covers).
@@ -32,7 +35,19 @@ pub struct Profile {
 #[derive(Default)]
 struct Histograms {
     exit: Latency,
+    /// The whole exits timed from their start, and those timed late, from the first exit-only
+    /// point they reached (no start probe covered their path), by that point.
+    from_start: Latency,
+    late: BTreeMap<Point, Latency>,
     stages: Vec<Latency>,
+}
+
+/// One series of a kind of exit: a stage's latencies, or the whole exit's timed from one point
+/// (`exit` from its first instant, `exit_from_<point>` from a later point).
+pub struct KindSeries<'a> {
+    pub kind: ExitKind,
+    pub stage: Cow<'a, str>,
+    pub latency: &'a Latency,
 }
 
 /// One row of the stage table.
@@ -45,10 +60,18 @@ pub struct StageRow<'a> {
 
 impl Profile {
     pub fn new(plan: &Plan) -> Self {
+        // The whole exits timed late from the point where most will be exist from the start
+        // too: a monitor's counter that first appears with the exits of a burst in it loses
+        // them from `rate()`.
+        let histograms = || {
+            let mut h = Histograms::default();
+            h.late.extend(plan.late_start_point().map(|p| (p, Latency::default())));
+            h
+        };
         Self {
             namer: StageNamer::new(plan),
-            all: Histograms::default(),
-            kinds: Default::default(),
+            all: histograms(),
+            kinds: std::array::from_fn(|_| histograms()),
             exits: 0,
             late_starts: 0,
             lost_hits: 0,
@@ -60,13 +83,20 @@ impl Profile {
     /// [`Self::stage`]), none for a truncated exit.
     pub fn add(&mut self, exit: &Exit) -> Vec<Span> {
         self.exits += 1;
-        if exit.flags & exitprof_common::record::FLAG_LATE_START != 0 {
+        let late = exit.flags & FLAG_LATE_START != 0;
+        if late {
             self.late_starts += 1;
         }
         self.lost_hits += u64::from(exit.lost_hits);
         let kind = &mut self.kinds[exit.kind() as usize];
+        let (ns, off, runq) = (exit.duration_ns(), exit.off_cpu_ns(), exit.runq_ns());
         for h in [&mut self.all, kind] {
-            h.exit.record_waits(exit.duration_ns(), exit.off_cpu_ns(), exit.runq_ns());
+            h.exit.record_waits(ns, off, runq);
+            let whole = match exit.hits.first() {
+                Some(first) if late => h.late.entry(first.point).or_default(),
+                _ => &mut h.from_start,
+            };
+            whole.record_waits(ns, off, runq);
         }
         if exit.truncated() {
             self.truncated += 1;
@@ -92,6 +122,22 @@ impl Profile {
             }
         }
         spans
+    }
+
+    /// The series of the whole exit an exit counts in: `exit`, or `exit_from_<point>` where it
+    /// was timed late from that point.
+    pub fn whole_exit_series(&self, exit: &Exit) -> Cow<'static, str> {
+        match exit.hits.first() {
+            Some(first) if exit.flags & FLAG_LATE_START != 0 => {
+                Cow::Owned(self.late_series(first.point))
+            }
+            _ => Cow::Borrowed("exit"),
+        }
+    }
+
+    /// The series of the whole exits timed late from `point`.
+    fn late_series(&self, point: Point) -> String {
+        format!("exit_from_{}", self.namer.point_name(point))
     }
 
     /// A stage by its index in the spans [`Self::add`] returns, with its latencies.
@@ -138,14 +184,21 @@ impl Profile {
     }
 
     /// Each kind of exit's histograms with their stage names, in kernel order: the whole exit
-    /// (`exit`) first, also before any exit of the kind (a monitor's series exist from the start).
-    pub fn latencies_by_kind(&self) -> impl Iterator<Item = (ExitKind, &str, &Latency)> {
+    /// (`exit`) first, timed from its start, then `exit_from_<point>` for each later point some
+    /// exits were timed from (no start probe covered their path). Both whole exits that the
+    /// plan expects are there before any exit of the kind: a monitor's series exist from the
+    /// start.
+    pub fn latencies_by_kind(&self) -> impl Iterator<Item = KindSeries<'_>> {
         ExitKind::ALL.into_iter().zip(&self.kinds).flat_map(move |(kind, h)| {
-            std::iter::once(("exit", &h.exit))
-                .chain(
-                    self.rows_of(h).into_iter().map(|row| (row.stage.name.as_str(), row.latency)),
-                )
-                .map(move |(stage, latency)| (kind, stage, latency))
+            let whole = std::iter::once((Cow::Borrowed("exit"), &h.from_start))
+                .chain(h.late.iter().map(|(&point, l)| (Cow::Owned(self.late_series(point)), l)))
+                .map(move |(stage, latency)| KindSeries { kind, stage, latency });
+            let stages = self.rows_of(h).into_iter().map(move |row| KindSeries {
+                kind,
+                stage: Cow::Borrowed(row.stage.name.as_str()),
+                latency: row.latency,
+            });
+            whole.chain(stages)
         })
     }
 
@@ -160,7 +213,7 @@ impl Profile {
 mod tests {
     use exitprof_common::{
         point::{Marker, Point},
-        record::{FLAG_GROUP_DEAD, FLAG_TRUNCATED},
+        record::{FLAG_GROUP_DEAD, FLAG_KIND_KNOWN, FLAG_TRUNCATED},
     };
 
     use super::*;
@@ -202,16 +255,51 @@ mod tests {
     #[test]
     fn thread_and_process_exits_have_stage_tables_of_their_own() {
         let mut p = profile();
-        p.add(&exit(0, [0, 100, 1_000]));
-        p.add(&exit(0, [0, 300, 1_000]));
-        p.add(&exit(FLAG_GROUP_DEAD, [0, 5_000, 10_000]));
+        p.add(&exit(FLAG_KIND_KNOWN, [0, 100, 1_000]));
+        p.add(&exit(FLAG_KIND_KNOWN, [0, 300, 1_000]));
+        p.add(&exit(FLAG_KIND_KNOWN | FLAG_GROUP_DEAD, [0, 5_000, 10_000]));
+        // group_dead seen without knowing it was exact: neither kind is claimed.
+        p.add(&exit(FLAG_GROUP_DEAD, [0, 7_000, 20_000]));
         let kinds = p.kinds();
         let counts: Vec<(ExitKind, u64)> = kinds.iter().map(|(k, e, _)| (*k, e.count())).collect();
-        assert_eq!(counts, [(ExitKind::Thread, 2), (ExitKind::Process, 1)]);
+        assert_eq!(counts, [(ExitKind::Thread, 2), (ExitKind::Process, 1), (ExitKind::Unknown, 1)]);
         let (_, exit, rows) = &kinds[1];
         assert_eq!(exit.total_ns, 10_000);
         assert_eq!(rows.iter().map(|r| r.latency.total_ns).sum::<u128>(), 10_000);
-        assert_eq!(p.exit().count(), 3);
+        assert_eq!(p.exit().count(), 4);
+    }
+
+    /// Where a start probe is missing, the series of the exits timed late exist before any
+    /// exit; where every start is seen, there is none.
+    #[test]
+    fn the_late_whole_exit_series_exist_before_any_exit_where_the_plan_expects_them() {
+        let series = |p: &Profile| -> Vec<(ExitKind, String, u64)> {
+            p.latencies_by_kind()
+                .map(|s| (s.kind, s.stage.into_owned(), s.latency.count()))
+                .collect()
+        };
+        let expected: Vec<_> = ExitKind::ALL
+            .into_iter()
+            .flat_map(|k| {
+                [(k, "exit".to_owned(), 0), (k, "exit_from_sched_process_exit".to_owned(), 0)]
+            })
+            .collect();
+        assert_eq!(series(&profile()), expected);
+
+        let every_start = Profile::new(&plan(
+            KernelVersion::new(6, 18, 0),
+            &[
+                (SiteId::Marker(Marker::DoExit), How::Kprobe, "do_exit"),
+                (
+                    SiteId::Marker(Marker::SchedProcessExit),
+                    How::BtfTracepoint,
+                    "sched_process_exit",
+                ),
+            ],
+        ));
+        let whole_only: Vec<_> =
+            ExitKind::ALL.into_iter().map(|k| (k, "exit".to_owned(), 0)).collect();
+        assert_eq!(series(&every_start), whole_only);
     }
 
     #[test]

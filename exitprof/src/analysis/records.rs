@@ -4,10 +4,10 @@ use exitprof_common::{
     deferred::DeferredRecord,
     point::Point,
     record::{
-        BLOCK_STACK_DEPTH, ExitRecord, FLAG_GROUP_DEAD, FLAG_TRUNCATED, HEADER_LEN, Hit, MAX_HITS,
-        wire_len,
+        COMM_LEN, ExitRecord, FLAG_GROUP_DEAD, FLAG_KIND_KNOWN, FLAG_TRUNCATED, HEADER_LEN, Hit,
+        MAX_HITS, wire_len,
     },
-    sample::{SAMPLE_STACK_DEPTH, Sample},
+    stack::{STACK_BLOCKED, STACK_DEPTH, STACK_HEADER_LEN, STACK_ON_CPU, StackRecord},
 };
 use serde::Serialize;
 
@@ -35,42 +35,82 @@ pub struct Exit {
     pub flags: u32,
     pub lost_hits: u32,
     pub cpu: u32,
+    /// The run the exit began in.
+    pub epoch: u32,
+    /// Times the task blocked (switched out asleep) during its exit.
+    pub blocks: u32,
     pub ipc_ns: u64,
-    /// The longest time the task was blocked during its exit.
-    pub longest_block_ns: u64,
-    /// The kernel stack of its longest block whose stack was walked, if any.
-    pub block: Option<Block>,
+    /// The task's cgroup v2 id as its exit started (0: unknown, in a record of an earlier
+    /// format).
+    pub cgroup_id: u64,
+    /// The thread's name, and its process's.
+    pub comm: TaskName,
+    pub process_comm: TaskName,
     /// In the order they fired.
     pub hits: Vec<PointHit>,
 }
 
-/// Where an exit blocked: the kernel stack walked when the task came back.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Block {
-    /// Return addresses, innermost first, the scheduler's frames included.
-    pub stack: Vec<u64>,
-    /// How long the block lasted.
-    pub ns: u64,
-    /// The hits the exit had when it blocked: the block lies after hit `after_hits - 1`.
-    pub after_hits: u32,
+/// A task's name (`comm`) as the kernel keeps it: up to 15 bytes, NUL-padded; all zero where
+/// it is unknown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TaskName(pub [u8; COMM_LEN]);
+
+impl TaskName {
+    /// A name as the kernel keeps it (cut at 15 bytes).
+    pub fn of(name: &str) -> Self {
+        let mut bytes = [0; COMM_LEN];
+        let len = name.len().min(COMM_LEN - 1);
+        bytes[..len].copy_from_slice(&name.as_bytes()[..len]);
+        Self(bytes)
+    }
+
+    /// The name's bytes, without the padding.
+    pub fn bytes(&self) -> &[u8] {
+        let len = self.0.iter().position(|&b| b == 0).unwrap_or(COMM_LEN);
+        &self.0[..len]
+    }
+
+    pub fn is_known(&self) -> bool {
+        self.0[0] != 0
+    }
+}
+
+impl Serialize for TaskName {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl std::fmt::Display for TaskName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&String::from_utf8_lossy(self.bytes()))
+    }
+}
+
+/// The cgroup id an exit record carries, read without decoding the rest.
+pub fn cgroup_of(record: &[u8]) -> Option<u64> {
+    let at = std::mem::offset_of!(ExitRecord, cgroup_id);
+    Some(u64::from_ne_bytes(record.get(at..at + 8)?.try_into().ok()?))
 }
 
 /// What an exit ended: a thread of a process that lives on, or the process (its last thread, or
-/// its only one).
+/// its only one); unknown where the kernel's `group_dead` was not seen and nothing else told.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ExitKind {
     Thread,
     Process,
+    Unknown,
 }
 
 impl ExitKind {
-    pub const ALL: [Self; 2] = [Self::Thread, Self::Process];
+    pub const ALL: [Self; 3] = [Self::Thread, Self::Process, Self::Unknown];
 
     pub fn name(self) -> &'static str {
         match self {
             Self::Thread => "thread",
             Self::Process => "process",
+            Self::Unknown => "unknown",
         }
     }
 }
@@ -116,12 +156,6 @@ impl Exit {
                 Ok(PointHit { point, ts_ns, off_cpu_ns, runq_ns })
             })
             .collect::<Result<_, _>>()?;
-        let frames = (record.block_stack_len as usize).min(BLOCK_STACK_DEPTH);
-        let block = (frames > 0).then(|| Block {
-            stack: record.block_stack[..frames].to_vec(),
-            ns: record.block_stack_ns,
-            after_hits: record.block_stack_hit,
-        });
         Ok(Self {
             pid: record.pid,
             tgid: record.tgid,
@@ -130,16 +164,23 @@ impl Exit {
             flags: record.flags,
             lost_hits: record.lost_hits,
             cpu: record.cpu,
+            epoch: record.epoch,
+            blocks: record.blocks,
             ipc_ns: record.ipc_ns,
-            longest_block_ns: record.longest_block_ns,
-            block,
+            cgroup_id: record.cgroup_id,
+            comm: TaskName(record.comm),
+            process_comm: TaskName(record.process_comm),
             hits,
         })
     }
 
-    /// Whether the exit ended its thread group.
+    /// Whether the exit ended its thread group, if that is known.
     pub fn kind(&self) -> ExitKind {
-        if self.flags & FLAG_GROUP_DEAD != 0 { ExitKind::Process } else { ExitKind::Thread }
+        match (self.flags & FLAG_KIND_KNOWN != 0, self.flags & FLAG_GROUP_DEAD != 0) {
+            (false, _) => ExitKind::Unknown,
+            (true, true) => ExitKind::Process,
+            (true, false) => ExitKind::Thread,
+        }
     }
 
     /// Whether hits were lost for want of slots: the stages between the last kept hit and the
@@ -176,35 +217,77 @@ impl Exit {
             _ => 0,
         }
     }
+
+    /// The exit's name among the exits of a run: its thread id and its first hit's time (a
+    /// stack record names its exit so).
+    pub fn key(&self) -> Option<ExitKey> {
+        Some(ExitKey { pid: self.pid, start_ns: self.hits.first()?.ts_ns })
+    }
 }
 
-/// One sample of a followed exit, decoded.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CpuSample {
-    /// Thread id of the exiting task.
+/// Names one exit: its task's thread id and the time of its first hit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ExitKey {
     pub pid: u32,
-    /// Hits the exit's record held when the sample was taken.
+    pub start_ns: u64,
+}
+
+/// What a kernel stack of an exit says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StackKind {
+    /// The sampling clock caught the exit on a CPU there.
+    OnCpu,
+    /// The exit blocked there, for the record's `ns`.
+    Blocked,
+}
+
+/// A kernel stack of a followed exit, decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelStack {
+    pub kind: StackKind,
+    /// The exit it belongs to.
+    pub exit: ExitKey,
+    /// Hits the exit's record held when the stack was taken.
     pub n_hits: u32,
-    /// The exit's first hit: with `pid`, names the exit.
-    pub exit_start_ns: u64,
+    /// When it was taken.
     pub ts_ns: u64,
+    /// A block's length (0 for a sample).
+    pub ns: u64,
     /// Kernel return addresses, innermost first.
     pub stack: Vec<u64>,
 }
 
-/// Decodes an on-CPU sample.
-pub fn decode_sample(bytes: &[u8]) -> Option<CpuSample> {
-    if bytes.len() != size_of::<Sample>() {
+/// Decodes a kernel stack record: a sample (sent whole) or a block (sent up to its last frame).
+pub fn decode_stack(bytes: &[u8]) -> Option<KernelStack> {
+    let len = bytes.len();
+    if len < STACK_HEADER_LEN
+        || len > size_of::<StackRecord>()
+        || !(len - STACK_HEADER_LEN).is_multiple_of(8)
+    {
         return None;
     }
-    // SAFETY: the length matches, and any bit pattern is a valid Sample.
-    let s = unsafe { bytes.as_ptr().cast::<Sample>().read_unaligned() };
-    let frames = (s.stack_len as usize).min(SAMPLE_STACK_DEPTH);
-    Some(CpuSample {
-        pid: s.pid,
+    let mut record = std::mem::MaybeUninit::<StackRecord>::zeroed();
+    // SAFETY: StackRecord is plain integers, valid for any bytes (zeroed beyond `len`); the copy
+    // stays within both buffers.
+    let s = unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), record.as_mut_ptr().cast::<u8>(), len);
+        record.assume_init()
+    };
+    let kind = match s.kind {
+        STACK_ON_CPU => StackKind::OnCpu,
+        STACK_BLOCKED => StackKind::Blocked,
+        _ => return None,
+    };
+    let frames = s.stack_len as usize;
+    if STACK_HEADER_LEN + frames * 8 > len || frames > STACK_DEPTH {
+        return None;
+    }
+    Some(KernelStack {
+        kind,
+        exit: ExitKey { pid: s.pid, start_ns: s.exit_start_ns },
         n_hits: s.n_hits,
-        exit_start_ns: s.exit_start_ns,
         ts_ns: s.ts_ns,
+        ns: s.ns,
         stack: s.stack[..frames].to_vec(),
     })
 }
@@ -238,13 +321,11 @@ pub(crate) mod tests {
         record.lost_hits = exit.lost_hits;
         record.cpu = exit.cpu;
         record.ipc_ns = exit.ipc_ns;
-        record.longest_block_ns = exit.longest_block_ns;
-        if let Some(block) = &exit.block {
-            record.block_stack[..block.stack.len()].copy_from_slice(&block.stack);
-            record.block_stack_len = block.stack.len() as u32;
-            record.block_stack_ns = block.ns;
-            record.block_stack_hit = block.after_hits;
-        }
+        record.cgroup_id = exit.cgroup_id;
+        record.comm = exit.comm.0;
+        record.process_comm = exit.process_comm.0;
+        record.epoch = exit.epoch;
+        record.blocks = exit.blocks;
         record.n_hits = exit.hits.len() as u32;
         for (i, hit) in exit.hits.iter().enumerate() {
             record.points[i] = hit.point.code();
@@ -279,15 +360,12 @@ pub(crate) mod tests {
             (any_point(), any::<[u64; 3]>()).prop_map(|(point, [ts_ns, off_cpu_ns, runq_ns])| {
                 PointHit { point, ts_ns, off_cpu_ns, runq_ns }
             });
-        let block = proptest::option::of(
-            (vec(any::<u64>(), 1..=BLOCK_STACK_DEPTH), any::<u64>(), any::<u32>())
-                .prop_map(|(stack, ns, after_hits)| Block { stack, ns, after_hits }),
-        );
-        (any::<[u32; 7]>(), any::<[u64; 2]>(), block, vec(hit, 0..=MAX_HITS)).prop_map(
+        let names = any::<[[u8; COMM_LEN]; 2]>().prop_map(|n| n.map(TaskName));
+        (any::<[u32; 9]>(), any::<[u64; 2]>(), names, vec(hit, 0..=MAX_HITS)).prop_map(
             |(
-                [pid, tgid, ns_pid, ns_tgid, flags, lost_hits, cpu],
-                [ipc_ns, longest_block_ns],
-                block,
+                [pid, tgid, ns_pid, ns_tgid, flags, lost_hits, cpu, epoch, blocks],
+                [ipc_ns, cgroup_id],
+                [comm, process_comm],
                 hits,
             )| {
                 Exit {
@@ -298,9 +376,12 @@ pub(crate) mod tests {
                     flags,
                     lost_hits,
                     cpu,
+                    epoch,
+                    blocks,
                     ipc_ns,
-                    longest_block_ns,
-                    block,
+                    cgroup_id,
+                    comm,
+                    process_comm,
                     hits,
                 }
             },
@@ -404,43 +485,66 @@ pub(crate) mod tests {
         .to_vec()
     }
 
-    /// Encodes a sample the way the kernel side does.
-    pub(crate) fn encode_sample(sample: &CpuSample) -> Vec<u8> {
-        let mut stack = [0; SAMPLE_STACK_DEPTH];
-        let frames = sample.stack.len().min(SAMPLE_STACK_DEPTH);
-        stack[..frames].copy_from_slice(&sample.stack[..frames]);
-        let record = Sample {
-            pid: sample.pid,
-            n_hits: sample.n_hits,
-            exit_start_ns: sample.exit_start_ns,
-            ts_ns: sample.ts_ns,
-            stack_len: u32::try_from(frames).unwrap(),
+    /// Encodes a kernel stack the way the kernel side does: a sample whole, a block up to its
+    /// last frame.
+    pub(crate) fn encode_stack(stack: &KernelStack) -> Vec<u8> {
+        let mut frames = [0; STACK_DEPTH];
+        let n = stack.stack.len().min(STACK_DEPTH);
+        frames[..n].copy_from_slice(&stack.stack[..n]);
+        let record = StackRecord {
+            kind: match stack.kind {
+                StackKind::OnCpu => STACK_ON_CPU,
+                StackKind::Blocked => STACK_BLOCKED,
+            },
+            pid: stack.exit.pid,
+            exit_start_ns: stack.exit.start_ns,
+            ts_ns: stack.ts_ns,
+            ns: stack.ns,
+            n_hits: stack.n_hits,
+            stack_len: u32::try_from(n).unwrap(),
             cpu: 0,
-            stack,
+            pad: 0,
+            stack: frames,
         };
         // SAFETY: reading the record's own bytes; it has no padding.
-        unsafe {
+        let bytes = unsafe {
             std::slice::from_raw_parts(
-                std::ptr::from_ref::<Sample>(&record).cast::<u8>(),
-                size_of::<Sample>(),
+                std::ptr::from_ref::<StackRecord>(&record).cast::<u8>(),
+                size_of::<StackRecord>(),
             )
-        }
-        .to_vec()
+        };
+        let len = match stack.kind {
+            StackKind::OnCpu => size_of::<StackRecord>(),
+            StackKind::Blocked => exitprof_common::stack::stack_wire_len(n),
+        };
+        bytes[..len].to_vec()
+    }
+
+    /// Any kernel stack record the kernel side can send.
+    pub(crate) fn any_stack() -> impl Strategy<Value = KernelStack> {
+        (any::<bool>(), any::<[u32; 2]>(), any::<[u64; 3]>(), vec(any::<u64>(), 0..=STACK_DEPTH))
+            .prop_map(|(blocked, [pid, n_hits], [start_ns, ts_ns, ns], stack)| KernelStack {
+                kind: if blocked { StackKind::Blocked } else { StackKind::OnCpu },
+                exit: ExitKey { pid, start_ns },
+                n_hits,
+                ts_ns,
+                ns,
+                stack,
+            })
     }
 
     proptest! {
-        /// A sample decodes to what was encoded, and bytes of any other length to nothing.
+        /// A stack record decodes to what was encoded; bytes of no record's length, or of a
+        /// length its frames do not fill, to nothing.
         #[test]
-        fn samples_decode_as_encoded(
-            pid in any::<u32>(),
-            n_hits in any::<u32>(),
-            times in any::<[u64; 2]>(),
-            stack in vec(any::<u64>(), 0..=SAMPLE_STACK_DEPTH),
-            junk in vec(any::<u8>(), 0..400),
-        ) {
-            let sample = CpuSample { pid, n_hits, exit_start_ns: times[0], ts_ns: times[1], stack };
-            prop_assert_eq!(decode_sample(&encode_sample(&sample)), Some(sample));
-            prop_assert_eq!(decode_sample(&junk).is_some(), junk.len() == size_of::<Sample>());
+        fn stacks_decode_as_encoded(stack in any_stack(), junk in vec(any::<u8>(), 0..400)) {
+            prop_assert_eq!(decode_stack(&encode_stack(&stack)), Some(stack));
+            if let Some(decoded) = decode_stack(&junk) {
+                prop_assert_eq!(
+                    exitprof_common::stack::stack_wire_len(decoded.stack.len()) <= junk.len(),
+                    true
+                );
+            }
         }
     }
 

@@ -6,31 +6,40 @@ use crate::{
     analysis::{
         blocking::Blocking,
         deferred::DeferredWork,
-        on_cpu::OnCpu,
+        exit_stacks::ExitStacks,
         probe_effect::ProbeRuns,
         profile::Profile,
-        records::{Exit, decode_deferred, decode_sample},
+        records::{Exit, decode_deferred, decode_stack},
     },
+    groups::{GroupOptions, Groups},
     probes::plan::Plan,
 };
 
 /// The records of one run, folded into the profile and the deferred-work joins.
 pub struct Session {
+    /// The run's number: records of exits opened in an earlier run are not this run's.
+    epoch: u32,
     pub profile: Profile,
     pub deferred: DeferredWork,
-    /// Where the exits blocked.
+    /// How often the exits blocked.
     pub blocking: Blocking,
-    /// Where the exits computed: sampled kernel stacks by stage.
-    pub on_cpu: OnCpu,
+    /// Where the exits computed and blocked: kernel stacks by stage.
+    pub stacks: ExitStacks,
     /// exitprof's own program runs inside the exits.
     pub probe_runs: ProbeRuns,
     /// Records that could not be decoded.
     pub undecodable: u64,
+    /// Records of exits opened in an earlier run (the kernel side sends none; a record that
+    /// says so was damaged).
+    pub stray: u64,
+    /// The exits by workload, where they are grouped.
+    pub groups: Option<Groups>,
 }
 
 impl Session {
-    pub fn new(plan: &Plan) -> Self {
+    pub fn new(plan: &Plan, groups: Option<GroupOptions>) -> Self {
         Self {
+            epoch: 0,
             profile: Profile::new(plan),
             deferred: DeferredWork::new(
                 plan.sees_every_ipc_ns_free(),
@@ -38,22 +47,37 @@ impl Session {
                 plan.reaps_from_wait4(),
             ),
             blocking: Blocking::default(),
-            on_cpu: OnCpu::default(),
+            stacks: ExitStacks::default(),
             probe_runs: ProbeRuns::new(plan),
             undecodable: 0,
+            stray: 0,
+            groups: groups.map(Groups::new),
         }
+    }
+
+    /// The records that follow are of run `epoch` (a compare folds several runs into one
+    /// session).
+    pub fn begin_run(&mut self, epoch: u32) {
+        self.epoch = epoch;
     }
 
     /// One exit record.
     pub fn exit_record(&mut self, bytes: &[u8]) {
         match Exit::decode(bytes) {
+            Ok(exit) if exit.epoch != self.epoch => {
+                self.stray += 1;
+                log::warn!("exit record of run {} in run {}", exit.epoch, self.epoch);
+            }
             Ok(exit) => {
                 log::trace!("exit of {}/{}: {:?}", exit.tgid, exit.pid, exit.hits);
                 let spans = self.profile.add(&exit);
-                self.on_cpu.exit(&exit, &spans);
+                self.stacks.exit(&exit, &spans);
                 self.probe_runs.exit(&exit, &spans);
                 self.deferred.exit(&exit);
-                self.blocking.exit(&exit, &spans);
+                self.blocking.exit(&exit);
+                if let Some(groups) = &mut self.groups {
+                    groups.add(&exit, &self.profile, &spans);
+                }
             }
             Err(e) => {
                 self.undecodable += 1;
@@ -62,14 +86,21 @@ impl Session {
         }
     }
 
-    /// One on-CPU sample of an exit.
-    pub fn sample_record(&mut self, bytes: &[u8]) {
-        match decode_sample(bytes) {
-            Some(sample) => self.on_cpu.sample(&sample),
+    /// One kernel stack of an exit: an on-CPU sample, or where it blocked.
+    pub fn stack_record(&mut self, bytes: &[u8]) {
+        match decode_stack(bytes) {
+            Some(stack) => self.stacks.record(&stack),
             None => {
                 self.undecodable += 1;
-                log::warn!("undecodable on-CPU sample of {} bytes", bytes.len());
+                log::warn!("undecodable kernel stack record of {} bytes", bytes.len());
             }
+        }
+    }
+
+    /// One record of a cgroup made or removed (kept only where exits are grouped by cgroup).
+    pub fn cgroup_record(&mut self, bytes: &[u8]) {
+        if let Some(groups) = &mut self.groups {
+            groups.cgroup_paths.record(bytes);
         }
     }
 
@@ -94,8 +125,8 @@ mod tests {
     use crate::{
         analysis::{
             records::{
-                CpuSample,
-                tests::{any_deferred, any_exit, encode_deferred, encode_exit, encode_sample},
+                ExitKey, KernelStack, StackKind,
+                tests::{any_deferred, any_exit, encode_deferred, encode_exit, encode_stack},
             },
             stages::tests::plan,
         },
@@ -107,7 +138,7 @@ mod tests {
     /// a small range, so that deferred records join them), or bytes that are no record.
     fn any_exit_bytes() -> impl Strategy<Value = Vec<u8>> {
         let exit = any_exit().prop_map(|mut e| {
-            (e.pid, e.tgid, e.ipc_ns) = (e.pid % 8, e.tgid % 8, e.ipc_ns % 8);
+            (e.pid, e.tgid, e.ipc_ns, e.epoch) = (e.pid % 8, e.tgid % 8, e.ipc_ns % 8, e.epoch % 2);
             encode_exit(&e)
         });
         prop_oneof![4 => exit, 1 => vec(any::<u8>(), 0..600)]
@@ -138,38 +169,45 @@ mod tests {
                     (SiteId::Marker(Marker::FinalSwitch), How::BtfTracepoint, "sched_switch"),
                 ],
             );
-            let mut session = Session::new(&plan);
+            let mut session = Session::new(&plan, None);
+            session.begin_run(1);
             session.deferred = DeferredWork::new(ipc_exact, ipc_exact, ipc_exact);
             // Samples of the records' exits (by index), read before or after them; or junk.
             let sample_of = |(index, before, n_hits): (u32, bool, u8)| {
                 let exit = Exit::decode(&records.get(index as usize % records.len().max(1))?.0).ok()?;
                 let start = exit.hits.first().map_or(0, |h| h.ts_ns);
-                let sample = CpuSample {
-                    pid: exit.pid,
+                let sample = KernelStack {
+                    kind: if n_hits % 2 == 0 { StackKind::OnCpu } else { StackKind::Blocked },
+                    exit: ExitKey { pid: exit.pid, start_ns: start },
                     n_hits: u32::from(n_hits % 8),
-                    exit_start_ns: start,
                     ts_ns: start,
+                    ns: u64::from(n_hits),
                     stack: vec![u64::from(n_hits)],
                 };
-                Some((index as usize % records.len(), before, encode_sample(&sample)))
+                Some((index as usize % records.len(), before, encode_stack(&sample)))
             };
             let samples: Vec<(usize, bool, Vec<u8>)> =
                 samples.into_iter().filter_map(sample_of).collect();
             for (i, (exit, deferred)) in records.iter().enumerate() {
                 for (_, _, bytes) in samples.iter().filter(|s| s.0 == i && s.1) {
-                    session.sample_record(bytes);
+                    session.stack_record(bytes);
                 }
                 session.exit_record(exit);
                 session.deferred_record(deferred);
                 for (_, _, bytes) in samples.iter().filter(|s| s.0 == i && !s.1) {
-                    session.sample_record(bytes);
+                    session.stack_record(bytes);
                 }
             }
-            session.sample_record(&[0; 7]);
-            session.on_cpu.finish();
-            let n = session.on_cpu.sampled;
-            prop_assert_eq!(n.joined + n.unjoined + n.unplaced, samples.len() as u64);
-            let exits = records.iter().filter(|(e, _)| Exit::decode(e).is_ok()).count() as u64;
+            session.stack_record(&[0; 7]);
+            session.stacks.finish();
+            let (s, b) = (session.stacks.samples, session.stacks.blocks);
+            let stacks = s.joined + s.unjoined + s.unplaced + b.joined + b.unjoined + b.unplaced;
+            prop_assert_eq!(stacks, samples.len() as u64);
+            let decoded = records.iter().filter_map(|(e, _)| Exit::decode(e).ok());
+            let (exits, stray) = decoded.fold((0, 0), |(n, s), e| {
+                if e.epoch == 1 { (n + 1, s) } else { (n, s + 1) }
+            });
+            prop_assert_eq!(session.stray, stray);
             let undecodable = records.iter().filter(|(e, _)| Exit::decode(e).is_err()).count()
                 + records.iter().filter(|(_, d)| decode_deferred(d).is_none()).count()
                 + 1;

@@ -36,6 +36,10 @@ pub struct Stage {
     pub name: String,
     /// What the kernel does in this stage, in order (for a gap: everything between its bounds).
     pub covers: Vec<String>,
+    /// The part of `covers` inlined into `do_exit` that can wait there (a block whose innermost
+    /// frame is `do_exit` waited in one of these).
+    #[serde(skip)]
+    pub waits_inline: Vec<String>,
     /// Positions of its bounds on the exit path, for ordering stages as the kernel runs them.
     #[serde(skip)]
     pub order: (usize, usize),
@@ -113,6 +117,7 @@ impl StageNamer {
             Some(f) => Stage {
                 name: self.symbol(f),
                 covers: vec![self.symbol(f)],
+                waits_inline: Vec::new(),
                 order: (self.position(Point::Enter(f)), self.position(Point::Return(f))),
             },
             None => self.gap(variant, a, b),
@@ -148,7 +153,8 @@ impl StageNamer {
             [first, second] => format!("{first}+{second}"),
             [first, .., last] => format!("{first}…{last}"),
         };
-        Stage { name, covers, order }
+        let waits_inline = covers.iter().filter(|c| self.path.waits_inline(c)).cloned().collect();
+        Stage { name, covers, waits_inline, order }
     }
 
     fn position(&self, p: Point) -> usize {
@@ -160,7 +166,8 @@ impl StageNamer {
         self.symbols.get(&f).cloned().unwrap_or_else(|| f.slot().to_owned())
     }
 
-    fn point_name(&self, p: Point) -> String {
+    /// A probe point's name: its marker's, or its function's symbol.
+    pub fn point_name(&self, p: Point) -> String {
         match p {
             Point::Marker(m) => marker_name(m).to_owned(),
             Point::Enter(f) | Point::Return(f) => self.symbol(f),
@@ -184,6 +191,7 @@ pub(crate) mod tests {
         Plan {
             kernel: version.to_string(),
             mode: AttachMode::Auto,
+            object: crate::kernel::bpf_object::BpfObject::default_object(),
             points: sites
                 .iter()
                 .map(|&(site, how, target)| Planned {
@@ -263,6 +271,9 @@ pub(crate) mod tests {
             &[
                 "do_exit",
                 "synchronize_group_exit",
+                "kcov_task_exit",
+                "ptrace_event",
+                "io_uring_files_cancel",
                 "exit_signals",
                 "exit_itimers",
                 "acct_collect",

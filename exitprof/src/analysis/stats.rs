@@ -43,7 +43,8 @@ impl Spread {
     }
 }
 
-/// `(yes - no) / no * 100`, the seeds' overhead formula; 0 when `no` is 0.
+/// `(yes - no) / no * 100`, the overhead formula of the 2006 and 2012 LKML threads; 0 when `no`
+/// is 0.
 pub fn overhead_pct(yes: f64, no: f64) -> f64 {
     if no == 0.0 { 0.0 } else { (yes - no) / no * 100.0 }
 }

@@ -1,9 +1,10 @@
 //! `exitprof compare` and `exitprof sweep`: the same storm with a condition on and off,
-//! interleaved, measured as the seeds did (user, sys and elapsed time of the storm's process)
-//! and explained stage by stage with exitprof's probes.
+//! interleaved, measured as the 2006 LKML taskstats benchmark did (user, sys and elapsed time of
+//! the storm's process) and explained stage by stage with exitprof's probes.
 //!
-//! Like `run`, which it drives once per storm, it ties the other folders together; it must not
-//! import `cli` (`main.rs` hands it a [`CompareRequest`]).
+//! Like `run`, which it drives once per storm, it ties the lower folders together and returns a
+//! [`CompareOutcome`]; it must not import `cli` (`main.rs` hands it a [`CompareRequest`]), nor
+//! the presentation layer that renders the outcome (`present`, `report`, `export`, `diff`).
 
 use std::time::SystemTime;
 
@@ -11,34 +12,28 @@ use anyhow::{Context as _, bail};
 
 use crate::{
     analysis::{
-        blocking::{BlockedByStage, BlockedIn},
-        comparison::RunMeasure,
-        on_cpu::OnCpuReport,
-        probe_effect::ProbeEffect,
-        session::Session,
+        blocking::BlockedReport, comparison::RunMeasure, on_cpu::OnCpuReport,
+        probe_effect::ProbeEffect, session::Session,
     },
+    base::{UsageError, signals::Signals},
     conditions::{Condition, ConditionOptions, Side},
-    export::ExportSet,
+    groups::GroupOptions,
     kernel::KernelFacts,
     probes::{
         load::{LoadOptions, ProgramCost},
         maps::KernelLosses,
         plan::{Plan, PointSet},
     },
-    report::{
-        compare_document::{
-            CompareDocument, ComparisonDoc, ComparisonSetup, SweepDocument, SweepRow,
-        },
-        progress::Progress,
-        run_document::exit_rate,
+    profiled::{
+        Storm, Target, ThreadsParams,
+        workload::{Workload, exit_rate},
     },
     run::{
-        self, RunRequest,
-        collect::collect_until,
+        RunRequest,
+        collect::{NoProgress, collect_until},
         own_cost::CostMeter,
         start::{self, Attached, Prepared, Started, Stop},
     },
-    target::{Storm, Target, ThreadsParams, UsageError, signals::Signals, workload::Workload},
 };
 
 /// What one comparison is asked to do, read from the command line.
@@ -58,9 +53,9 @@ pub struct CompareRequest {
 pub struct SideRuns {
     pub side: Side,
     pub session: Session,
-    /// Where this side's exits computed, and blocked by stage, once its runs are over.
+    /// Where this side's exits computed, and where they blocked, once its runs are over.
     pub on_cpu: OnCpuReport,
-    pub blocked_by_stage: Vec<BlockedByStage>,
+    pub blocked: BlockedReport,
     pub measures: Vec<RunMeasure>,
     /// Kernel-side losses during this side's runs.
     pub kernel_losses: KernelLosses,
@@ -74,11 +69,6 @@ pub struct SideRuns {
 }
 
 impl SideRuns {
-    /// Where this side's exits blocked.
-    pub fn blocked_in(&self) -> Vec<BlockedIn> {
-        self.session.blocking.report(run::BLOCKED_IN_SHOWN)
-    }
-
     /// How much of this side's exits was exitprof's programs running, where they were counted.
     pub fn probe_effect(&self) -> Option<ProbeEffect> {
         let costs = self.kernel_cost.as_deref()?;
@@ -106,28 +96,52 @@ pub struct Comparison {
     pub same_stages: bool,
 }
 
-/// Settings shared by every run of a comparison or sweep.
-pub struct Comparer {
+/// What a compare or sweep produced, for the presentation layer to render.
+pub struct CompareOutcome {
     /// The plan of the `on` side, and of both unless the point set is the condition.
     pub plan: Plan,
+    pub condition: Condition,
+    /// Runs of each side.
+    pub runs: u32,
+    pub started_at: SystemTime,
+    /// The signal that cut the comparison short.
+    pub interrupted: Option<i32>,
+    pub compared: Compared,
+}
+
+/// The comparisons of a compare or sweep.
+pub enum Compared {
+    /// `compare`: one comparison of the storm asked for.
+    Storm(Box<Comparison>),
+    /// `sweep`: one comparison per stagger of the threads storm, in the order run; fewer than
+    /// asked when a signal cut the sweep short.
+    Staggers(Vec<(u32, Comparison)>),
+}
+
+/// Settings shared by every run of a comparison or sweep.
+struct Comparer {
+    /// The plan of the `on` side, and of both unless the point set is the condition.
+    plan: Plan,
     /// With point-set, the `off` side's: the minimal point set.
     off_plan: Option<Plan>,
     facts: KernelFacts,
     load: LoadOptions,
-    pub condition: Condition,
+    condition: Condition,
     condition_options: ConditionOptions,
-    pub runs: u32,
+    runs: u32,
+    /// How each side's exits are split by workload, if they are.
+    groups: Option<GroupOptions>,
     /// Attached once for all runs, unless the condition is the probes themselves.
     attached: Option<Attached>,
     signals: Signals,
-    pub started_at: SystemTime,
+    started_at: SystemTime,
     /// The signal that cut the comparison short.
-    pub interrupted: Option<i32>,
+    interrupted: Option<i32>,
 }
 
 impl Comparer {
     /// Checks the request, plans and (unless the probes are the condition) attaches.
-    pub fn new(request: &CompareRequest) -> anyhow::Result<(Self, Workload)> {
+    fn new(request: &CompareRequest) -> anyhow::Result<(Self, Workload)> {
         let target = &request.run.target;
         let (Prepared::Workload(workload), _) = start::prepare(target)? else {
             return Err(UsageError(
@@ -139,7 +153,7 @@ impl Comparer {
         };
         // Before loading, as in a run: a signal from here on ends the comparison by its path.
         let signals = Signals::new()?;
-        start::preflight(&request.run.exports)?;
+        start::preflight()?;
         start::bump_memlock();
         let mut probes = request.run.probes;
         if request.toggle == Condition::PointSet {
@@ -162,6 +176,7 @@ impl Comparer {
             condition: request.toggle,
             condition_options: request.condition,
             runs: request.runs,
+            groups: request.run.groups,
             attached,
             signals,
             started_at: SystemTime::now(),
@@ -172,7 +187,7 @@ impl Comparer {
 
     /// Runs `runs` storms of `workload` per side, interleaved: on/off in even rounds, off/on in
     /// odd ones, so that a drift of the machine weighs on both sides alike.
-    pub async fn compare(
+    async fn compare(
         &mut self,
         workload: &Workload,
         target: &Target,
@@ -197,12 +212,12 @@ impl Comparer {
             }
         }
         for side in [&mut on, &mut off] {
-            side.session.on_cpu.finish();
+            side.session.stacks.finish();
             let symbols = &self.facts.kallsyms;
-            side.session.blocking.name_stacks(|ip| symbols.name_of(ip).unwrap_or("?").to_owned());
-            let profile = &side.session.profile;
-            side.on_cpu = side.session.on_cpu.report(profile, symbols);
-            side.blocked_by_stage = side.session.blocking.by_stage(profile, symbols);
+            let session = &side.session;
+            side.on_cpu = OnCpuReport::of(&session.stacks, &session.profile, symbols);
+            side.blocked =
+                BlockedReport::of(session.blocking, &session.stacks, &session.profile, symbols);
         }
         Ok(Comparison { on, off, same_stages: self.off_plan.is_none() })
     }
@@ -218,9 +233,9 @@ impl Comparer {
     fn side(&self, side: Side) -> SideRuns {
         SideRuns {
             side,
-            session: Session::new(self.plan_of(side)),
+            session: Session::new(self.plan_of(side), self.groups),
             on_cpu: OnCpuReport::default(),
-            blocked_by_stage: Vec::new(),
+            blocked: BlockedReport::default(),
             measures: Vec::new(),
             kernel_losses: KernelLosses::default(),
             probe_misses: 0,
@@ -246,6 +261,10 @@ impl Comparer {
         };
         let mut attached = self.attached.as_mut().or(own.as_mut());
         let before = attached.as_deref().map(Attached::kernel_losses).transpose()?;
+        let run = attached.as_deref_mut().map(Attached::begin_run).transpose()?;
+        if let Some(run) = &run {
+            runs.session.begin_run(run.epoch);
+        }
         // The point set's check needs the kernel's count of every program run on both sides.
         let meter = match attached.as_deref() {
             Some(a) if self.condition == Condition::PointSet => Some(CostMeter::start(&a.probes)?),
@@ -261,10 +280,11 @@ impl Comparer {
         let exits_before = runs.session.profile.exit().hist.clone();
         let collected = collect_until(
             started,
-            attached.as_deref_mut(),
+            attached.as_deref_mut().zip(run),
             &mut runs.session,
+            None,
             &mut self.signals,
-            &mut Progress::new(None, false),
+            &mut NoProgress,
         )
         .await?;
         if let (Some(meter), Some(a)) = (meter, attached.as_deref()) {
@@ -309,11 +329,13 @@ impl Comparer {
         Ok(())
     }
 
-    /// Detaches what is attached.
-    pub fn finish(self) {
+    /// Detaches what is attached; what was compared is the outcome.
+    fn finish(self, compared: Compared) -> CompareOutcome {
         if let Some(attached) = self.attached {
             attached.detach();
         }
+        let Self { plan, condition, runs, started_at, interrupted, .. } = self;
+        CompareOutcome { plan, condition, runs, started_at, interrupted, compared }
     }
 }
 
@@ -325,18 +347,8 @@ pub fn side_name(side: Side) -> &'static str {
     }
 }
 
-/// A finished compare or sweep, ready to print and export.
-pub struct Report {
-    /// The `--json` document.
-    pub document: String,
-    /// The report for a person.
-    pub text: String,
-    pub export_set: ExportSet,
-    pub interrupted: Option<i32>,
-}
-
 /// `compare` (no `staggers`) or `sweep` (one comparison per stagger of the threads storm).
-pub async fn run(request: &CompareRequest) -> anyhow::Result<Report> {
+pub async fn run(request: &CompareRequest) -> anyhow::Result<CompareOutcome> {
     let target = &request.run.target;
     let staggers = request.staggers.as_deref();
     let threads = match (target, staggers) {
@@ -352,15 +364,8 @@ pub async fn run(request: &CompareRequest) -> anyhow::Result<Report> {
         _ => None,
     };
     let (mut comparer, workload) = Comparer::new(request)?;
-    let report = match staggers.zip(threads) {
-        None => {
-            let comparison = comparer.compare(&workload, target).await?;
-            let doc = CompareDocument::new(&comparer, target, &comparison);
-            let document = serde_json::to_string_pretty(&doc)?;
-            let export_set =
-                ExportSet::from_comparisons(&comparer, target, &[(None, &comparison)], &document);
-            Report { text: doc.render(), document, export_set, interrupted: comparer.interrupted }
-        }
+    let compared = match staggers.zip(threads) {
+        None => Compared::Storm(Box::new(comparer.compare(&workload, target).await?)),
         Some((staggers, params)) => {
             let mut rows = Vec::new();
             for &stagger_us in staggers {
@@ -371,24 +376,8 @@ pub async fn run(request: &CompareRequest) -> anyhow::Result<Report> {
                     break;
                 }
             }
-            let doc = SweepDocument {
-                setup: ComparisonSetup::new(&comparer, target),
-                rows: rows
-                    .iter()
-                    .map(|(stagger_us, c)| SweepRow {
-                        stagger_us: *stagger_us,
-                        result: ComparisonDoc::new(c),
-                    })
-                    .collect(),
-                probes: comparer.plan.points.clone(),
-            };
-            let document = serde_json::to_string_pretty(&doc)?;
-            let tagged: Vec<(Option<String>, &Comparison)> =
-                rows.iter().map(|(s, c)| (Some(format!("stagger={s}")), c)).collect();
-            let export_set = ExportSet::from_comparisons(&comparer, target, &tagged, &document);
-            Report { text: doc.render(), document, export_set, interrupted: comparer.interrupted }
+            Compared::Staggers(rows)
         }
     };
-    comparer.finish();
-    Ok(report)
+    Ok(comparer.finish(compared))
 }

@@ -7,8 +7,8 @@ use anyhow::Context as _;
 use serde::Serialize;
 
 use crate::{
+    base::signals::{Signals, signal_name},
     conditions::{Condition, ConditionOptions, Side, taskstats_listener::ListenerCounts},
-    target::signals::{Signals, signal_name},
 };
 
 #[derive(Debug, Serialize)]

@@ -8,7 +8,7 @@
 //! an async run.
 //!
 //! Signals: SIGINT and SIGTERM end a process without running destructors unless it handles
-//! them. A caller installs its handlers ([`crate::target::signals::Signals`]) *before* it sets a
+//! them. A caller installs its handlers ([`crate::base::signals::Signals`]) *before* it sets a
 //! condition and ends its run normally on a signal, so that its guards are dropped. SIGKILL
 //! cannot be handled: a killed run leaves `kernel.task_delayacct` changed, and the next run that
 //! sets it finds the original value on record and restores it (see [`delayacct`]); its taskstats
@@ -16,7 +16,7 @@
 //! exit it would have sent it).
 //!
 //! `hold` is the hidden `__condition` command. Of the rest of exitprof, conditions use only
-//! `target`'s signal handling: a condition is set and restored the same whether probes are
+//! `base`'s signal handling: a condition is set and restored the same whether probes are
 //! attached or not.
 
 pub mod delayacct;

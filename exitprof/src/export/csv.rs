@@ -58,7 +58,16 @@ mod tests {
         let header: Vec<String> = reader.headers().unwrap().iter().map(str::to_owned).collect();
         assert_eq!(
             header,
-            ["stage", "condition", "row", "percentile", "value_ns", "count_at_or_below", "partial"]
+            [
+                "stage",
+                "condition",
+                "row",
+                "group",
+                "percentile",
+                "value_ns",
+                "count_at_or_below",
+                "partial"
+            ]
         );
         let rows: Vec<Row> = reader.deserialize().collect::<Result<_, _>>().unwrap();
         for series in &set.series {

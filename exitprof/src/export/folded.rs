@@ -4,8 +4,8 @@
 //!
 //! Two roots, one unit: `on-cpu;STAGE;do_exit;...` weighs each sampled stack by the on-CPU time
 //! it stands for (its share of its stage's samples times the stage's on-CPU time), and
-//! `off-cpu;STAGE;do_exit;...` each stack where exits blocked by the blocked time (each exit's
-//! longest block). Both in microseconds, so widths compare across the two roots. A stack the
+//! `off-cpu;STAGE;do_exit;...` each stack where exits blocked by the blocked time it stands for
+//! (the stage's blocked time shared out by the walked blocks' time). Both in microseconds, so widths compare across the two roots. A stack the
 //! kernel could not unwind down to `do_exit` (a sample in a probe's trampoline, say) goes under
 //! an `[unknown]` frame, as flame graphs name such gaps.
 
@@ -34,8 +34,8 @@ pub fn encode_svg(set: &ExportSet) -> Result<Vec<u8>, EncodeError> {
     let mut options = inferno::flamegraph::Options::default();
     "exitprof: where exits compute and block".clone_into(&mut options.title);
     options.subtitle = Some(format!(
-        "kernel {}; widths in {UNIT}: on-cpu estimated from samples, off-cpu each exit's longest \
-         block",
+        "kernel {}; widths in {UNIT}: on-cpu estimated from samples, off-cpu from the blocks \
+         walked",
         set.kernel
     ));
     UNIT.clone_into(&mut options.count_name);

@@ -9,16 +9,16 @@ use super::{
 };
 use crate::{
     analysis::stats::Spread,
-    compare::{Comparer, Comparison, SideRuns, side_name},
+    compare::{CompareOutcome, Comparison, SideRuns, side_name},
+    profiled::{Target, workload::Workload},
     report::{compare_document::side_losses, run_document::WorkloadDoc},
-    target::{Target, workload::Workload},
 };
 
 impl ExportSet {
     /// The set of comparisons, each with its row tag (`None` for a plain compare). `document`
     /// is the command's `--json` document.
     pub fn from_comparisons(
-        comparer: &Comparer,
+        outcome: &CompareOutcome,
         target: &Target,
         comparisons: &[(Option<String>, &Comparison)],
         document: &str,
@@ -32,11 +32,12 @@ impl ExportSet {
                     Variant { condition: Some(side_name(side.side).to_owned()), row: row.clone() };
                 runs.push(stats(side, variant.clone(), expected_per_run(target)));
                 if side.profiled {
-                    stacks.extend(weighted_stacks(&side.on_cpu, &side.blocked_by_stage, &variant));
+                    stacks.extend(weighted_stacks(&side.on_cpu, &side.blocked, &variant));
                     series.extend(side.session.profile.latencies().map(|(stage, latency)| {
                         Series {
                             stage: stage.to_owned(),
                             variant: variant.clone(),
+                            group: None,
                             hist: latency.hist.clone(),
                             sum_ns: latency.total_ns,
                         }
@@ -45,13 +46,13 @@ impl ExportSet {
             }
         }
         Self {
-            compared: Some(comparer.condition.name().to_owned()),
-            kernel: comparer.plan.kernel.clone(),
-            attach: comparer.plan.mode,
-            probes: comparer.plan.points.clone(),
+            compared: Some(outcome.condition.name().to_owned()),
+            kernel: outcome.plan.kernel.clone(),
+            attach: outcome.plan.mode,
+            probes: outcome.plan.points.clone(),
             workload: workload_label(&WorkloadDoc::new(target, None)),
-            started_at: comparer.started_at,
-            partial: comparer.interrupted.is_some(),
+            started_at: outcome.started_at,
+            partial: outcome.interrupted.is_some(),
             runs,
             series,
             document: document.to_owned(),

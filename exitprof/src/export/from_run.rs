@@ -4,7 +4,8 @@ use serde_json::Value;
 
 use super::{ExportSet, RunStats, Series, StackKind, Variant, WeightedStack, WorkloadLabel};
 use crate::{
-    analysis::{blocking::BlockedByStage, on_cpu::OnCpuReport},
+    analysis::{blocking::BlockedReport, histogram::Latency, on_cpu::OnCpuReport},
+    groups::Groups,
     report::run_document::{RunDocument, WorkloadDoc},
     run::RunOutcome,
 };
@@ -25,15 +26,20 @@ impl ExportSet {
             sys: run.child.as_ref().map(|c| c.sys),
             exit_rate: doc.exit_rate,
         };
+        let series_of = |group: Option<&str>, stage: &str, latency: &Latency| Series {
+            stage: stage.to_owned(),
+            variant: variant.clone(),
+            group: group.map(str::to_owned),
+            hist: latency.hist.clone(),
+            sum_ns: latency.total_ns,
+        };
+        // The run's stages, then each group's whole exit (`--group-by`).
+        let groups = run.groups.iter().flat_map(Groups::iter);
         let series = run
             .profile
             .latencies()
-            .map(|(stage, latency)| Series {
-                stage: stage.to_owned(),
-                variant: variant.clone(),
-                hist: latency.hist.clone(),
-                sum_ns: latency.total_ns,
-            })
+            .map(|(stage, latency)| series_of(None, stage, latency))
+            .chain(groups.map(|(name, group)| series_of(Some(name), "exit", &group.exit)))
             .collect();
         Self {
             compared: None,
@@ -46,16 +52,16 @@ impl ExportSet {
             runs: vec![stats],
             series,
             document,
-            stacks: weighted_stacks(&run.on_cpu, &run.blocked_by_stage, &variant),
+            stacks: weighted_stacks(&run.on_cpu, &run.blocked, &variant),
         }
     }
 }
 
 /// The stacks of a run (or a side): those sampled, each weighed by the on-CPU time it stands
-/// for, and those where exits blocked, by the time blocked there.
+/// for, and those where exits blocked, by the blocked time they stand for.
 pub(super) fn weighted_stacks(
     on_cpu: &OnCpuReport,
-    blocked: &[BlockedByStage],
+    blocked: &BlockedReport,
     variant: &Variant,
 ) -> Vec<WeightedStack> {
     let stack = |kind, stage: &str, frames: &[String], ns: f64| WeightedStack {
@@ -69,7 +75,7 @@ pub(super) fn weighted_stacks(
         stage.stacks.iter().map(|s| stack(StackKind::OnCpu, &stage.stage, &s.stack, s.est_ns))
     });
     let blocked =
-        blocked.iter().map(|b| stack(StackKind::OffCpu, &b.stage, &b.stack, b.total_ns as f64));
+        blocked.stacks.iter().map(|b| stack(StackKind::OffCpu, &b.stage, &b.stack, b.est_ns));
     sampled.chain(blocked).collect()
 }
 
@@ -108,11 +114,11 @@ pub(crate) mod tests {
         },
         kernel::{exit_path::ExitPath, version::KernelVersion},
         probes::plan::{AttachMode, How, Plan, Planned, SiteId},
+        profiled::{Storm, Target, ThreadsParams, workload::ChildOutcome},
         run::{
             Ended, Losses,
             own_cost::{CpuTime, OwnCost},
         },
-        target::{Storm, Target, ThreadsParams, workload::ChildOutcome},
     };
 
     /// A run as `run::run` returns it, from 2000 exits with known hits: the start syscall,
@@ -128,6 +134,7 @@ pub(crate) mod tests {
         let plan = Plan {
             kernel: "6.18.0-test".to_owned(),
             mode: AttachMode::Auto,
+            object: crate::kernel::bpf_object::BpfObject::default_object(),
             points: vec![
                 planned(
                     SiteId::Marker(Marker::SysEnterExit),
@@ -182,17 +189,16 @@ pub(crate) mod tests {
             burst_rate: None,
             started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000),
             profile,
+            groups: None,
             deferred: DeferredWork::new(true, true, false),
-            blocked_in: Vec::new(),
-            blocked_exits: 0,
-            blocked_exits_walked: 0,
+            blocked: BlockedReport::default(),
             on_cpu: OnCpuReport::default(),
-            blocked_by_stage: Vec::new(),
             losses: Losses::default(),
             kernel_cost: None,
             probe_effect: None,
             interrupted: None,
             own_cost: OwnCost::now(CpuTime::default()),
+            selected: None,
         }
     }
 

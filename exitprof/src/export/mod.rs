@@ -9,9 +9,10 @@
 //! ever sees half an export, and a failed write leaves nothing behind.
 //!
 //! The set is built from what a run or comparison produced and the documents `report` made of
-//! it. Must not import `cli`, nor load, attach or read the eBPF object.
+//! it. Part of the presentation layer, under `present`: must not import `cli` or `present`, nor
+//! load, attach or read the eBPF object; `run`, `compare` and the folders under them never
+//! import it.
 
-mod atomic_file;
 mod csv;
 mod folded;
 mod from_compare;
@@ -19,7 +20,7 @@ mod from_run;
 mod hlog;
 mod json;
 pub mod prom;
-mod svg;
+pub(crate) mod svg;
 
 use std::{
     fmt,
@@ -31,6 +32,7 @@ use hdrhistogram::Histogram;
 
 use crate::{
     analysis::histogram::{PercentilePoint, percentile_distribution},
+    base::atomic_file,
     probes::plan::{AttachMode, Planned},
     report::fmt_rate,
 };
@@ -181,7 +183,13 @@ pub fn write(set: &ExportSet, target: &ExportTarget) -> Result<(), ExportError> 
         format: *format,
         source,
     })?;
-    atomic_file::write(path, &bytes).map_err(|source| ExportError::Write {
+    write_encoded(target, &bytes)
+}
+
+/// Writes what was encoded elsewhere (`diff`'s document and figure) atomically.
+pub fn write_encoded(target: &ExportTarget, bytes: &[u8]) -> Result<(), ExportError> {
+    let ExportTarget { path, format } = target;
+    atomic_file::write(path, bytes).map_err(|source| ExportError::Write {
         path: path.clone(),
         format: *format,
         source,
@@ -273,6 +281,8 @@ pub struct RunStats {
 pub struct Series {
     pub stage: String,
     pub variant: Variant,
+    /// The workload whose exits these are (`--group-by`); all of the variant's when `None`.
+    pub group: Option<String>,
     pub hist: Histogram<u64>,
     /// The exact sum of the recorded latencies (the histogram keeps only their buckets).
     pub sum_ns: u128,
@@ -282,7 +292,7 @@ pub struct Series {
 const PERCENTILE_TICKS_PER_HALF_DISTANCE: u32 = 5;
 
 /// The names of a series' tags, in the order every format lists them.
-pub const TAG_NAMES: [&str; 3] = ["stage", "condition", "row"];
+pub const TAG_NAMES: [&str; 4] = ["stage", "condition", "row", "group"];
 
 impl Variant {
     /// `condition` and `row`, empty when unset.
@@ -305,10 +315,11 @@ impl Variant {
 }
 
 impl Series {
-    /// `stage`, `condition` and `row` ([`TAG_NAMES`]), empty when unset.
-    pub fn tags(&self) -> [(&'static str, &str); 3] {
+    /// `stage`, `condition`, `row` and `group` ([`TAG_NAMES`]), empty when unset.
+    pub fn tags(&self) -> [(&'static str, &str); 4] {
         let [condition, row] = self.variant.tags();
-        [("stage", self.stage.as_str()), condition, row]
+        let group = ("group", self.group.as_deref().unwrap_or_default());
+        [("stage", self.stage.as_str()), condition, row, group]
     }
 
     /// HdrHistogram's percentile distribution of this series.
@@ -418,6 +429,7 @@ pub(crate) mod tests {
                 series.push(Series {
                     stage: stage.to_owned(),
                     variant: variant.clone(),
+                    group: None,
                     hist: l.hist,
                     sum_ns: l.total_ns,
                 });

@@ -15,10 +15,8 @@
 
 use std::fmt::Write as _;
 
-use hdrhistogram::Histogram;
-
 use super::{ExportSet, RunStats, Series, Variant};
-use crate::analysis::histogram::recorded_buckets;
+use crate::analysis::fixed_buckets::{FixedBuckets, bounds_ns};
 
 pub const LATENCY: &str = "exitprof_exit_stage_latency_seconds";
 
@@ -38,35 +36,6 @@ impl TextFormat {
             Self::Prometheus => "text/plain; version=0.0.4; charset=utf-8",
             Self::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
         }
-    }
-}
-
-/// A latency histogram in the fixed buckets: cumulative counts per bound of [`bounds_ns`], the
-/// count and the exact sum.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FixedBuckets {
-    cumulative: Vec<u64>,
-    count: u64,
-    sum_ns: u128,
-}
-
-impl FixedBuckets {
-    /// The fixed buckets of an HdrHistogram whose values sum to `sum_ns`, in one pass over its
-    /// recorded buckets.
-    pub fn of(hist: &Histogram<u64>, sum_ns: u128) -> Self {
-        let recorded = recorded_buckets(hist);
-        let mut below = 0;
-        let mut next = recorded.iter().peekable();
-        let cumulative = bounds_ns()
-            .into_iter()
-            .map(|bound| {
-                while let Some(b) = next.next_if(|b| b.low_ns <= bound) {
-                    below += b.count;
-                }
-                below
-            })
-            .collect();
-        Self { cumulative, count: hist.len(), sum_ns }
     }
 }
 
@@ -125,14 +94,6 @@ pub const LOSSES_HELP: &str = "Records lost, by cause: exits (ringbuf_full, stat
      (follow_unknown), deferred work (deferred_ringbuf_full, deferred_state_full), on-CPU \
      samples (samples_lost).";
 
-/// The finite bucket bounds, in ns.
-fn bounds_ns() -> Vec<u64> {
-    let decades = (2..10).map(|exp| 10u64.pow(exp));
-    let mut bounds: Vec<u64> = decades.flat_map(|d| [d, 2 * d, 5 * d]).collect();
-    bounds.push(10_000_000_000);
-    bounds
-}
-
 pub fn encode(set: &ExportSet) -> Vec<u8> {
     let mut out = Writer::new(TextFormat::Prometheus);
     out.family(
@@ -186,6 +147,7 @@ fn run_labels(set: &ExportSet, variant: &Variant) -> Vec<(&'static str, String)>
 fn series_labels(set: &ExportSet, series: &Series) -> Vec<(&'static str, String)> {
     let mut labels = vec![("stage", series.stage.clone())];
     labels.extend(run_labels(set, &series.variant));
+    labels.push(("group", series.group.clone().unwrap_or_default()));
     labels
 }
 
@@ -238,13 +200,13 @@ impl Writer {
     /// bound and `+Inf`, `_sum` in seconds and `_count`.
     pub fn histogram(&mut self, name: &str, labels: &[(&str, String)], buckets: &FixedBuckets) {
         let bucket = format!("{name}_bucket");
-        for (&le_ns, &count) in bounds_ns().iter().zip(&buckets.cumulative) {
+        for (&le_ns, &count) in bounds_ns().iter().zip(buckets.cumulative()) {
             let le = seconds(u128::from(le_ns));
             self.sample(&bucket, labels, &[("le", &le)], count);
         }
-        self.sample(&bucket, labels, &[("le", "+Inf")], buckets.count);
-        self.sample(&format!("{name}_sum"), labels, &[], seconds(buckets.sum_ns));
-        self.sample(&format!("{name}_count"), labels, &[], buckets.count);
+        self.sample(&bucket, labels, &[("le", "+Inf")], buckets.count());
+        self.sample(&format!("{name}_sum"), labels, &[], seconds(buckets.sum_ns()));
+        self.sample(&format!("{name}_count"), labels, &[], buckets.count());
     }
 
     /// The document, with OpenMetrics' end marker where it needs one.
@@ -279,7 +241,10 @@ mod tests {
     };
 
     use super::*;
-    use crate::{analysis::histogram::Latency, export::tests::two_condition_set};
+    use crate::{
+        analysis::histogram::{Latency, recorded_buckets},
+        export::tests::two_condition_set,
+    };
 
     fn label(sample: &Sample<PrometheusValue>, name: &str) -> String {
         let labels = sample.get_labelset().expect("a sample of a family");

@@ -17,15 +17,16 @@ use plotters::{
 
 use super::{EncodeError, ExportSet, Series, Variant};
 
-const WIDTH: u32 = 1100;
+/// The figures' width and text, shared by every SVG exitprof draws.
+pub(crate) const WIDTH: u32 = 1100;
 const CURVES_HEIGHT: u32 = 560;
 const BAR_HEIGHT: u32 = 20;
-const FONT: &str = "sans-serif";
+pub(crate) const FONT: &str = "sans-serif";
 /// Text sizes as plotters takes them (its SVG backend writes them smaller, by 1.24).
-const TITLE: u32 = 25;
+pub(crate) const TITLE: u32 = 25;
 const CAPTION: u32 = 21;
-const TEXT: u32 = 17;
-const SMALL: u32 = 16;
+pub(crate) const TEXT: u32 = 17;
+pub(crate) const SMALL: u32 = 16;
 
 /// Distinct colors for stages (Tableau 10), then again; the whole exit is black.
 const PALETTE: [RGBColor; 10] = [

@@ -171,6 +171,19 @@ impl KernelBtf {
         proto().unwrap_or(0)
     }
 
+    /// Whether the enum `name` has a member `member`: `enum bpf_func_id` lists every BPF helper
+    /// the kernel has.
+    pub fn has_enumerator(&self, name: &str, member: &str) -> bool {
+        self.types_named(name).is_ok_and(|types| {
+            types.iter().any(|t| match t {
+                Type::Enum(e) => {
+                    e.members.iter().any(|m| self.btf.resolve_name(m).is_ok_and(|n| n == member))
+                }
+                _ => false,
+            })
+        })
+    }
+
     /// Whether BTF has the `btf_trace_<name>` typedef of a tracepoint (BTF tracepoints need it).
     pub fn has_tracepoint(&self, name: &str) -> bool {
         self.types_named(&tracepoint_typedef(name)).is_ok_and(|t| !t.is_empty())
@@ -191,8 +204,13 @@ pub struct KernelLayout {
     pub task_signal: u32,
     pub nsproxy_ipc_ns: u32,
     pub signal_live: u32,
-    /// `signal_struct.group_exec_task` (v5.16+; 0 where the kernel has none).
+    /// `signal_struct.group_exec_task` (v5.17+), `group_exit_task` before, which `de_thread`
+    /// set alike; 0 where the kernel has neither.
     pub signal_group_exec_task: u32,
+    /// `task_struct.__state` (`state` before v5.14).
+    pub task_state: u32,
+    /// `task_struct.start_boottime` (v5.5+).
+    pub task_start_boottime: u32,
     pub work_func: u32,
     /// `sched_process_exit(p, group_dead)` since v6.16; `(p)` before.
     pub exit_tp_group_dead: bool,
@@ -216,7 +234,10 @@ impl KernelLayout {
             signal_live: btf.field_offset("signal_struct", "live")?,
             signal_group_exec_task: btf
                 .field_offset("signal_struct", "group_exec_task")
+                .or_else(|_| btf.field_offset("signal_struct", "group_exit_task"))
                 .unwrap_or(0),
+            task_state: task("__state").or_else(|_| task("state"))?,
+            task_start_boottime: task("start_boottime")?,
             work_func: btf.field_offset("work_struct", "func")?,
             exit_tp_group_dead: btf.tracepoint_arg_count("sched_process_exit") >= 2,
         })

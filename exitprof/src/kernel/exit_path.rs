@@ -2,8 +2,8 @@
 //! kernel does between them that no probe brackets (inlined functions, or work exitprof does not
 //! probe). Gap stages are named from this table.
 //!
-//! Sources: `kernel/exit.c` of v6.1, v6.12 and the late-2025 mainline (v6.18); the positions that
-//! moved are marked with the version that moved them.
+//! Sources: `kernel/exit.c` of v5.10, v6.1, v6.12, v6.18, v7.2 and v7.3 as Debian ships them;
+//! the positions that moved are marked with the version that moved them.
 
 use exitprof_common::point::{ExitFn, Marker, Point};
 
@@ -16,6 +16,9 @@ pub enum Step {
     Point(Point),
     /// Work the kernel does at this place that no probe point brackets.
     Work(&'static str),
+    /// Such work that can wait in `do_exit`'s own frame, the compiler having inlined it there:
+    /// a block whose innermost frame (the scheduler left out) is `do_exit` waited here.
+    Waits(&'static str),
 }
 
 /// Where a step that moved between kernels sits in one variant of the path.
@@ -49,6 +52,15 @@ const fn until(v: (u32, u32), step: Step) -> Entry {
     Entry { step, since: None, until: Some(KernelVersion::new(v.0, v.1, 0)), place: Place::Fixed }
 }
 
+const fn between(from: (u32, u32), to: (u32, u32), step: Step) -> Entry {
+    Entry {
+        step,
+        since: Some(KernelVersion::new(from.0, from.1, 0)),
+        until: Some(KernelVersion::new(to.0, to.1, 0)),
+        place: Place::Fixed,
+    }
+}
+
 /// A step whose place depends on a change that stable kernels backported unevenly: the path
 /// has a variant with it here, and one with it at its `kept` counterpart.
 const fn moved(step: Step) -> Entry {
@@ -75,13 +87,29 @@ const fn work(what: &'static str) -> Step {
     Step::Work(what)
 }
 
+const fn waits(what: &'static str) -> Step {
+    Step::Waits(what)
+}
+
 /// `do_exit`, in order. Nested calls sit between the entry and return of their caller.
 const EXIT_PATH: &[Entry] = &[
     always(m(Marker::SysEnterExit)),
     always(m(Marker::SysEnterExitGroup)),
     always(m(Marker::SignalDeliverKill)),
     always(m(Marker::DoExit)),
-    always(work("synchronize_group_exit")),
+    // Before exit_signals sets PF_EXITING, an exit can wait for a long time: for the other
+    // threads of a core-dumping process (coredump_task_exit, inlined; since v6.18 folded into
+    // synchronize_group_exit; before v5.16 in exit_mm), and in a tracer's exit stop
+    // (ptrace_event(PTRACE_EVENT_EXIT) sleeps in ptrace_stop).
+    until((6, 0), work("profile_task_exit")),
+    between((6, 0), (6, 18), work("synchronize_group_exit")),
+    since((6, 18), waits("synchronize_group_exit")),
+    always(work("kcov_task_exit")),
+    between((5, 16), (6, 18), waits("coredump_task_exit")),
+    always(work("ptrace_event")),
+    always(work("io_uring_files_cancel")),
+    since((7, 0), work("sched_mm_cid_exit")),
+    // Can wait for the cgroup threadgroup rwsem (cgroup_threadgroup_change_begin).
     always(enter(ExitFn::ExitSignals)),
     always(ret(ExitFn::ExitSignals)),
     // Only when the whole thread group is dead (`group_dead`).
@@ -96,7 +124,8 @@ const EXIT_PATH: &[Entry] = &[
     // kernels got it too (Debian's 6.1.0-57 and 6.12.117 have it), so both places are kept.
     moved(enter(ExitFn::PerfEventExitTask)),
     moved(ret(ExitFn::PerfEventExitTask)),
-    always(work("exit_mm")),
+    until((5, 16), waits("exit_mm")),
+    since((5, 16), work("exit_mm")),
     always(enter(ExitFn::AcctProcess)),
     always(ret(ExitFn::AcctProcess)),
     until((6, 16), m(Marker::SchedProcessExit)),
@@ -104,21 +133,23 @@ const EXIT_PATH: &[Entry] = &[
     always(ret(ExitFn::ExitSem)),
     always(enter(ExitFn::ExitShm)),
     always(ret(ExitFn::ExitShm)),
+    // v7.3 moved disassociate_ctty before exit_files.
+    since((7, 3), work("disassociate_ctty")),
     always(enter(ExitFn::ExitFiles)),
     always(ret(ExitFn::ExitFiles)),
     always(enter(ExitFn::ExitFs)),
     always(ret(ExitFn::ExitFs)),
-    always(work("disassociate_ctty")),
+    until((7, 3), work("disassociate_ctty")),
     always(enter(ExitFn::ExitTaskNamespaces)),
+    // The last reference's free (free_ipc_ns, mq_put_mnt) runs in a worker, not here.
     always(enter(ExitFn::PutIpcNs)),
-    // mq_put_mnt was removed in v6.3 (da27f796a832).
-    until((6, 3), enter(ExitFn::MqPutMnt)),
-    until((6, 3), ret(ExitFn::MqPutMnt)),
     always(ret(ExitFn::PutIpcNs)),
     always(ret(ExitFn::ExitTaskNamespaces)),
     always(enter(ExitFn::TaskWorkRun)),
     always(ret(ExitFn::TaskWorkRun)),
     always(enter(ExitFn::ExitThread)),
+    // Only when the task's FPU registers are live: not after the exit slept (v6.18+ skips it
+    // when TIF_NEED_FPU_LOAD is set), so it marks some exits and not others.
     always(m(Marker::X86FpuDropped)),
     always(ret(ExitFn::ExitThread)),
     kept(enter(ExitFn::PerfEventExitTask)),
@@ -143,6 +174,7 @@ const EXIT_PATH: &[Entry] = &[
 /// first).
 #[derive(Clone, Debug)]
 pub struct ExitPath {
+    version: KernelVersion,
     variants: Vec<Vec<Step>>,
 }
 
@@ -159,7 +191,17 @@ impl ExitPath {
                 .map(|e| e.step)
                 .collect::<Vec<_>>()
         };
-        Self { variants: vec![variant(Place::Kept), variant(Place::Moved)] }
+        Self { version, variants: vec![variant(Place::Kept), variant(Place::Moved)] }
+    }
+
+    /// The kernel version this is the path of.
+    pub fn version(&self) -> KernelVersion {
+        self.version
+    }
+
+    /// Whether `what` is work inlined into `do_exit` that can wait there, on this kernel.
+    pub fn waits_inline(&self, what: &str) -> bool {
+        self.variants.iter().flatten().any(|s| matches!(s, Step::Waits(w) if *w == what))
     }
 
     /// The first variant in which `points`, in the order they fired, keep the path's order.
@@ -206,7 +248,7 @@ impl ExitPath {
         let mut names = Vec::new();
         for step in &self.variants[variant][start + 1..end] {
             let name = match *step {
-                Step::Work(what) => what,
+                Step::Work(what) | Step::Waits(what) => what,
                 Step::Point(p @ Point::Enter(f)) if !probed(p) => f.slot(),
                 // do_exit and do_task_dead are functions too.
                 Step::Point(p @ Point::Marker(m @ (Marker::DoExit | Marker::DoTaskDead)))
@@ -244,11 +286,53 @@ mod tests {
         assert!(new.position(spe).unwrap() < exit_mm(&new));
     }
 
+    /// What lies between do_exit and exit_signals, where an exit can wait before PF_EXITING.
+    fn before_exit_signals(version: KernelVersion) -> (Vec<&'static str>, Vec<&'static str>) {
+        let path = ExitPath::for_kernel(version);
+        let covers = path
+            .between(0, Point::Marker(Marker::DoExit), Point::Enter(ExitFn::ExitSignals), |_| true)
+            .unwrap();
+        let waits = covers.iter().copied().filter(|w| path.waits_inline(w)).collect();
+        (covers, waits)
+    }
+
     #[test]
-    fn mq_put_mnt_only_before_6_3() {
-        let f = Point::Enter(ExitFn::MqPutMnt);
-        assert!(ExitPath::for_kernel(KernelVersion::new(6, 1, 0)).position(f).is_some());
-        assert!(ExitPath::for_kernel(KernelVersion::new(6, 12, 0)).position(f).is_none());
+    fn the_stage_before_exit_signals_names_what_can_wait_there_per_kernel() {
+        let (covers, waits) = before_exit_signals(KernelVersion::new(5, 10, 0));
+        assert_eq!(
+            covers,
+            ["profile_task_exit", "kcov_task_exit", "ptrace_event", "io_uring_files_cancel"]
+        );
+        assert!(waits.is_empty(), "5.10 waits for a core dump in exit_mm");
+        assert!(ExitPath::for_kernel(KernelVersion::new(5, 10, 0)).waits_inline("exit_mm"));
+        for v in [KernelVersion::new(6, 1, 0), KernelVersion::new(6, 12, 0)] {
+            let (covers, waits) = before_exit_signals(v);
+            assert_eq!(covers[0], "synchronize_group_exit");
+            assert!(covers.contains(&"ptrace_event"));
+            assert_eq!(waits, ["coredump_task_exit"], "{v}");
+        }
+        let (covers, waits) = before_exit_signals(KernelVersion::new(6, 18, 0));
+        assert!(!covers.contains(&"coredump_task_exit"));
+        assert_eq!(waits, ["synchronize_group_exit"]);
+        let (covers, _) = before_exit_signals(KernelVersion::new(7, 2, 0));
+        assert_eq!(covers.last(), Some(&"sched_mm_cid_exit"));
+    }
+
+    #[test]
+    fn disassociate_ctty_moved_before_exit_files_in_7_3() {
+        let all = |_| true;
+        let (files, fs) = (Point::Enter(ExitFn::ExitFiles), Point::Return(ExitFn::ExitFs));
+        let after = |v| {
+            ExitPath::for_kernel(v)
+                .between(0, fs, Point::Enter(ExitFn::ExitTaskNamespaces), all)
+                .unwrap()
+        };
+        assert_eq!(after(KernelVersion::new(7, 2, 0)), ["disassociate_ctty"]);
+        assert!(after(KernelVersion::new(7, 3, 0)).is_empty());
+        let before = ExitPath::for_kernel(KernelVersion::new(7, 3, 0))
+            .between(0, Point::Return(ExitFn::ExitShm), files, all)
+            .unwrap();
+        assert_eq!(before, ["disassociate_ctty"]);
     }
 
     #[test]

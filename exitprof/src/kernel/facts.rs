@@ -8,6 +8,7 @@ use std::{
 };
 
 use super::{
+    bpf_object::BpfObject,
     btf::{KernelBtf, KernelLayout, LoaderType},
     kallsyms::Kallsyms,
     version::KernelVersion,
@@ -39,6 +40,8 @@ pub struct KernelFacts {
     pub ftrace_functions: Option<HashSet<String>>,
     /// Functions kprobes refuse.
     pub kprobe_blacklist: HashSet<String>,
+    /// The eBPF object this kernel loads.
+    pub object: BpfObject,
 }
 
 impl KernelFacts {
@@ -61,6 +64,7 @@ impl KernelFacts {
             ))
         };
         let fentry = calibrate_fentry(btf.is_some());
+        let object = BpfObject::choose(btf.as_ref(), BpfObject::forced_by_environment());
         let layout = match &btf {
             Some(btf) => KernelLayout::read(btf).map_err(|e| e.to_string()),
             None => Err("kernel BTF is missing (is CONFIG_DEBUG_INFO_BTF on?)".to_owned()),
@@ -88,6 +92,7 @@ impl KernelFacts {
             kallsyms,
             ftrace_functions,
             kprobe_blacklist,
+            object,
         })
     }
 }

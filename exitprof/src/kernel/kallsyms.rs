@@ -1,7 +1,7 @@
 //! `/proc/kallsyms`: which kernel functions exist as symbols, and where.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     fs::File,
     io::{self, BufRead, BufReader},
     sync::{Mutex, OnceLock, PoisonError},
@@ -90,6 +90,26 @@ impl Kallsyms {
     pub fn clones_of(&self, name: &str) -> Vec<&str> {
         self.table().clones_of(name)
     }
+
+    /// The symbols that `addresses` lie in, each once, lowest address first: all that naming
+    /// those addresses needs (a record file keeps these, not the whole table).
+    pub fn symbols_of(&self, addresses: impl IntoIterator<Item = u64>) -> Vec<(u64, String)> {
+        let table = self.table();
+        let found: BTreeMap<u64, &str> =
+            addresses.into_iter().filter_map(|a| table.symbol_of(a)).collect();
+        found.into_iter().map(|(address, name)| (address, name.to_owned())).collect()
+    }
+
+    /// A table of these symbols only, from [`Kallsyms::symbols_of`]: it names the addresses
+    /// they were found for as the whole table did (no symbol lies between an address and the
+    /// one it is in), and reads nothing of the running kernel.
+    pub fn of_symbols(symbols: &[(u64, String)]) -> Self {
+        let mut table = SymbolTable::default();
+        for (address, name) in symbols {
+            table.push(*address, name);
+        }
+        Self { table: table.indexed().into(), addresses: Mutex::default() }
+    }
 }
 
 /// A text (function) symbol's address and name, from a kallsyms line.
@@ -144,19 +164,28 @@ impl SymbolTable {
         let mut line = String::new();
         while reader.read_line(&mut line)? > 0 {
             if let Some((address, name)) = text_symbol(&line) {
-                let start = symbols.names.len() as u32;
-                symbols.names.push_str(name);
-                symbols.by_address.push(Symbol { address, start, len: name.len() as u32 });
+                symbols.push(address, name);
             }
             line.clear();
         }
-        symbols.names.shrink_to_fit();
-        symbols.by_address.sort_unstable_by_key(|s| (s.address, s.start));
-        let mut by_name: Vec<u32> = (0..symbols.by_address.len() as u32).collect();
+        Ok(symbols.indexed())
+    }
+
+    fn push(&mut self, address: u64, name: &str) {
+        let start = self.names.len() as u32;
+        self.names.push_str(name);
+        self.by_address.push(Symbol { address, start, len: name.len() as u32 });
+    }
+
+    /// Sorted and indexed by name, once every symbol is pushed.
+    fn indexed(mut self) -> Self {
+        self.names.shrink_to_fit();
+        self.by_address.sort_unstable_by_key(|s| (s.address, s.start));
+        let mut by_name: Vec<u32> = (0..self.by_address.len() as u32).collect();
         // A total order (ties by address), so an unstable sort gives the one result, faster.
-        by_name.sort_unstable_by(|&a, &b| symbols.name(a).cmp(symbols.name(b)).then(a.cmp(&b)));
-        symbols.by_name = by_name;
-        Ok(symbols)
+        by_name.sort_unstable_by(|&a, &b| self.name(a).cmp(self.name(b)).then(a.cmp(&b)));
+        self.by_name = by_name;
+        self
     }
 
     fn name(&self, index: u32) -> &str {
@@ -165,10 +194,15 @@ impl SymbolTable {
     }
 
     fn name_of(&self, addr: u64) -> Option<&str> {
+        self.symbol_of(addr).map(|(_, name)| name)
+    }
+
+    /// The symbol `addr` lies in: its address and name.
+    fn symbol_of(&self, addr: u64) -> Option<(u64, &str)> {
         let at = self.by_address.partition_point(|s| s.address <= addr);
         let i = at.checked_sub(1)?;
         let start = self.by_address[i].address;
-        (start != 0 && addr - start < MAX_FUNCTION_BYTES).then(|| self.name(i as u32))
+        (start != 0 && addr - start < MAX_FUNCTION_BYTES).then(|| (start, self.name(i as u32)))
     }
 
     /// The indices of the symbols named from `name` on, in name order.
@@ -238,6 +272,25 @@ ffffffffc0000000 t some_fn\t[some_module]
             Some(0xffffffffc0000000)
         );
         assert!(address_in(failing_past_the_end(), "no_such_fn").is_err());
+    }
+
+    #[test]
+    fn the_symbols_of_some_addresses_name_them_as_the_whole_table_does() {
+        let whole = Kallsyms::parse(SAMPLE.as_bytes()).unwrap();
+        let addresses = [
+            0xffffffff81aac9e8,
+            0xffffffff81aac9e0,
+            0xffffffff81aad100 + 0x40,
+            0x1000,
+            0xffffffff81aad080 + 4 * 1024 * 1024,
+        ];
+        let kept = whole.symbols_of(addresses);
+        let names: Vec<&str> = kept.iter().map(|(_, name)| name.as_str()).collect();
+        assert_eq!(names, ["free_ipc", "free_ipc_ns.isra.0"], "each symbol once, no other");
+        let part = Kallsyms::of_symbols(&kept);
+        for address in addresses {
+            assert_eq!(part.name_of(address), whole.name_of(address), "{address:#x}");
+        }
     }
 
     struct Unreadable;

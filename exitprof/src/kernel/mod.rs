@@ -3,6 +3,7 @@
 //!
 //! Imports nothing else of exitprof: every other folder may read it.
 
+pub mod bpf_object;
 pub mod btf;
 pub mod exit_path;
 pub mod facts;

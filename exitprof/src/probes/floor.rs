@@ -7,7 +7,7 @@ use aya::{Btf, EbpfLoader, programs::BtfTracePoint};
 use exitprof_common::names::programs;
 
 use super::load::{OBJECT, ensure_object_embedded};
-use crate::target::signals::Signals;
+use crate::base::signals::Signals;
 
 /// Attaches the empty program and holds it until SIGINT or SIGTERM.
 pub async fn hold() -> anyhow::Result<()> {

@@ -11,25 +11,29 @@ use aya::{
     },
 };
 use exitprof_common::{
-    names::{globals, maps, programs},
+    names::{compat_globals, globals, maps, programs},
     point::Marker,
     sizes::COMM_LEN,
 };
+use serde::{Deserialize, Serialize};
 
 use crate::{
+    base::UsageError,
     kernel::{KernelFacts, btf::LoaderType},
     probes::{
-        kprobe_events,
+        ProbeOptions, kprobe_events,
         kprobe_events::KprobeEvent,
         plan::{How, Plan, Planned, SiteId},
         prog_stats,
     },
-    target::UsageError,
 };
 
-/// The eBPF object, built from `exitprof-ebpf` by the build script.
+/// The eBPF objects, built from `exitprof-ebpf` by the build script: the default one, and the
+/// compat one for kernels that lack what it uses (`crate::kernel::bpf_object`).
 pub(super) static OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/exitprof"));
+pub(super) static COMPAT_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/exitprof-compat"));
 
 /// Fails when this binary was built without its eBPF object.
 pub fn ensure_object_embedded() -> anyhow::Result<()> {
@@ -42,16 +46,21 @@ pub fn ensure_object_embedded() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Fails, as a request the machine cannot satisfy, where the kernel has no task-local storage
-/// for BPF programs (Linux 5.11+), in which exitprof keeps each task's exit state.
-fn ensure_task_storage() -> anyhow::Result<()> {
-    let supported = aya::sys::is_map_supported(aya::maps::MapType::TaskStorage)
-        .context("asking the kernel whether it has BPF task storage")?;
-    if !supported {
+/// Nanoseconds of a clock tick as `/proc/PID/stat` counts them (`USER_HZ`).
+fn ns_per_tick() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    1_000_000_000 / u64::try_from(hz).ok().filter(|&hz| hz > 0).unwrap_or(100)
+}
+
+/// The compat object keeps marks by pid as the initial PID namespace numbers processes: a run
+/// in another PID namespace cannot name them so.
+fn ensure_compat_can_follow(compat: bool, pidns_ino: u64) -> anyhow::Result<()> {
+    if compat && pidns_ino != 0 {
         return Err(UsageError(
-            "this kernel has no BPF task-local storage (BPF_MAP_TYPE_TASK_STORAGE, Linux 5.11+), \
-             in which exitprof keeps each exiting task's state; it needs Linux 5.18 or newer \
-             with BTF"
+            "this kernel needs exitprof's compat eBPF object (see `exitprof plan`), which follows \
+             processes by their pids in the initial PID namespace: run exitprof there (e.g. \
+             `--pid host` in a container)"
                 .to_owned(),
         )
         .into());
@@ -70,12 +79,9 @@ pub struct LoadOptions {
     pub ringbuf_bytes: u32,
     /// Slots for exits in progress, preallocated in the kernel: a power of two.
     pub exit_slots: u32,
-    /// Instances per kretprobe: how many tasks can be inside one probed function at once.
-    pub kretprobe_maxactive: u32,
-    /// Take the kernel stack where an exiting task blocks (within a budget of walks).
-    pub block_stacks: bool,
-    /// Samples per second and CPU of the kernel stacks of exits on a CPU (0: none).
-    pub sample_hz: u32,
+    /// How the probes are attached: the kretprobes' instances, the stacks of blocks (within a
+    /// budget of walks), the sampling of exits on a CPU.
+    pub probes: ProbeOptions,
 }
 
 /// The loaded object with its programs attached. Dropping it detaches everything.
@@ -88,7 +94,7 @@ pub struct Probes {
 }
 
 /// What the kernel measured of one attached program while BPF statistics were on.
-#[derive(Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProgramCost {
     pub program: String,
     /// Times it ran.
@@ -153,7 +159,6 @@ pub fn load_and_attach(
     options: LoadOptions,
 ) -> anyhow::Result<Probes> {
     ensure_object_embedded()?;
-    ensure_task_storage()?;
     // Slots of exits whose end was never seen are released there: without it they would stay
     // held for good.
     anyhow::ensure!(
@@ -171,9 +176,12 @@ pub fn load_and_attach(
         .context("parsing the kernel's BTF types the eBPF loader needs")?;
     let free_ipc = facts.kallsyms.address("free_ipc").unwrap_or(0);
     let (pidns_dev, pidns_ino) = pid_namespace()?;
+    let compat = plan.object.is_compat();
+    ensure_compat_can_follow(compat, pidns_ino)?;
     let exit_tp_group_dead = u32::from(layout.exit_tp_group_dead);
     let trace_all = u32::from(options.trace_all);
-    let block_walks = if options.block_stacks { BLOCK_WALKS_PER_SEC } else { 0 };
+    let block_walks = if options.probes.block_stacks { BLOCK_WALKS_PER_SEC } else { 0 };
+    let stacks_bytes = stacks_ringbuf_bytes()?;
     let ebpf = EbpfLoader::new()
         .btf(Some(&btf))
         // Task storage, which aya loads without a typed wrapper of its own.
@@ -194,7 +202,9 @@ pub fn load_and_attach(
             &layout.signal_group_exec_task,
             true,
         )
-        .override_global(globals::WAKEUP_BYTES, &(u64::from(options.ringbuf_bytes) / 4), true)
+        .override_global(globals::EXITS_WAKEUP_BYTES, &wakeup(options.ringbuf_bytes), true)
+        .override_global(globals::DEFERRED_WAKEUP_BYTES, &wakeup(DEFERRED_RINGBUF_BYTES), true)
+        .override_global(globals::STACKS_WAKEUP_BYTES, &wakeup(stacks_bytes), true)
         .override_global(globals::TARGET_COMM, &options.target_comm, true)
         .override_global(globals::TASK_PID_OFFSET, &layout.task_pid, true)
         .override_global(globals::TASK_TGID_OFFSET, &layout.task_tgid, true)
@@ -203,15 +213,23 @@ pub fn load_and_attach(
         .override_global(globals::NSPROXY_IPC_NS_OFFSET, &layout.nsproxy_ipc_ns, true)
         .override_global(globals::WORK_FUNC_OFFSET, &layout.work_func, true)
         .override_global(globals::FREE_IPC_ADDR, &free_ipc, true)
+        // The compat object's own settings.
+        .override_global(compat_globals::TASK_STATE_OFFSET, &layout.task_state, compat)
+        .override_global(
+            compat_globals::TASK_START_BOOTTIME_OFFSET,
+            &layout.task_start_boottime,
+            compat,
+        )
+        .override_global(compat_globals::NS_PER_TICK, &ns_per_tick(), compat)
         .map_max_entries(maps::EXITS, options.ringbuf_bytes)
         .map_max_entries(maps::DEFERRED, DEFERRED_RINGBUF_BYTES)
-        .map_max_entries(maps::SAMPLES, samples_ringbuf_bytes()?)
+        .map_max_entries(maps::STACKS, stacks_bytes)
         .override_global(globals::EXIT_SLOT_MASK, &(options.exit_slots - 1), true)
         .map_max_entries(maps::EXIT_SLOTS, options.exit_slots)
         .map_max_entries(maps::EXIT_OWNERS, options.exit_slots)
         .map_max_entries(maps::FREES_AWAITED, options.exit_slots)
-        .load(OBJECT)
-        .context("loading exitprof's eBPF object")?;
+        .load(if compat { COMPAT_OBJECT } else { OBJECT })
+        .with_context(|| format!("loading exitprof's {} eBPF object", plan.object.name))?;
     kprobe_events::remove_stale(tracefs);
     let mut probes = Probes { kprobes: Vec::new(), ebpf, programs: Vec::new() };
     let mut attacher = Attacher { probes: &mut probes, btf: &btf, tracefs, options };
@@ -233,8 +251,8 @@ pub fn load_and_attach(
             false,
         )
         .context("attaching tp_btf sched_process_exec (follows a process taken over by exec)")?;
-    if options.sample_hz > 0 {
-        attacher.attach_sampler(options.sample_hz).context(
+    if options.probes.sample_hz > 0 {
+        attacher.attach_sampler(options.probes.sample_hz).context(
             "attaching the sampling program to the cpu-clock of every CPU (--no-cpu-stacks \
              goes without it)",
         )?;
@@ -252,11 +270,18 @@ pub fn load_and_attach(
 /// buffer is resident in exitprof, twice (its pages are mapped twice, for records that wrap).
 const DEFERRED_RINGBUF_BYTES: u32 = 256 << 10;
 
-/// The on-CPU sample ring buffer: 64 KiB per CPU (some 200 samples of ~300 bytes, 200 ms of a
-/// CPU at the highest --sample-hz), at least 256 KiB, a power of two.
-fn samples_ringbuf_bytes() -> anyhow::Result<u32> {
+/// The kernel stack ring buffer: 64 KiB per CPU (some 200 on-CPU samples of ~300 bytes, 200 ms
+/// of a CPU at the highest --sample-hz; blocks' stacks are fewer, a budget a second), at least
+/// 256 KiB, a power of two.
+fn stacks_ringbuf_bytes() -> anyhow::Result<u32> {
     let cpus = u32::try_from(online_cpus()?.len()).unwrap_or(u32::MAX);
     Ok(cpus.saturating_mul(64 << 10).clamp(256 << 10, 16 << 20).next_power_of_two())
+}
+
+/// Unread bytes of a ring buffer of `bytes` above which a new record wakes exitprof: a quarter
+/// of it, so that a burst is read well before the buffer fills.
+fn wakeup(bytes: u32) -> u64 {
+    u64::from(bytes) / 4
 }
 
 /// Kernel stacks walked per second and CPU, at most, where exits block. A walk costs a few
@@ -339,7 +364,7 @@ impl Attacher<'_> {
             How::Kprobe => {
                 let p: &mut KProbe = prog.try_into()?;
                 p.load()?;
-                let maxactive = ret.then_some(self.options.kretprobe_maxactive);
+                let maxactive = ret.then_some(self.options.probes.kretprobe_maxactive);
                 let event =
                     KprobeEvent::attach(self.tracefs, program, p.fd()?.as_fd(), target, maxactive)?;
                 self.probes.kprobes.push(event);
@@ -383,32 +408,37 @@ mod tests {
     /// attach mode, exec takeover's, every map and global of `exitprof_common::names` — is in
     /// the object this binary embeds, so that a misspelt name fails here, not in a VM guest.
     #[test]
-    fn the_object_defines_every_name_userspace_uses() {
-        assert!(
-            !OBJECT.is_empty(),
-            "this test binary embeds the stub eBPF object (bpf-linker was missing when it was \
-             built), so the names cannot be checked: run `cargo xtask setup` and rebuild"
-        );
-        let mut object = Object::parse(OBJECT).expect("the embedded eBPF object parses");
-        let programs = plan::every_program()
-            .into_iter()
-            .chain([("exec takeover", programs::SCHED_PROCESS_EXEC)]);
-        let mut missing: Vec<String> = programs
-            .filter(|(_, program)| !object.programs.contains_key(*program))
-            .map(|(point, program)| format!("program {program} (for {point})"))
-            .collect();
-        missing.extend(
-            maps::ALL
-                .iter()
-                .filter(|map| !object.maps.contains_key(**map))
-                .map(|map| format!("map {map}")),
-        );
-        missing.extend(
-            globals::ALL
-                .iter()
-                .filter(|global| !has_global(&mut object, global))
-                .map(|global| format!("global {global}")),
-        );
-        assert!(missing.is_empty(), "the eBPF object lacks: {}", missing.join(", "));
+    fn the_objects_define_every_name_userspace_uses() {
+        for (name, bytes, extra_globals) in
+            [("default", OBJECT, &[][..]), ("compat", COMPAT_OBJECT, compat_globals::ALL)]
+        {
+            assert!(
+                !bytes.is_empty(),
+                "this test binary embeds stub eBPF objects (bpf-linker was missing when it was \
+                 built), so the names cannot be checked: run `cargo xtask setup` and rebuild"
+            );
+            let mut object = Object::parse(bytes).expect("the embedded eBPF object parses");
+            let programs = plan::every_program()
+                .into_iter()
+                .chain([("exec takeover", programs::SCHED_PROCESS_EXEC)]);
+            let mut missing: Vec<String> = programs
+                .filter(|(_, program)| !object.programs.contains_key(*program))
+                .map(|(point, program)| format!("program {program} (for {point})"))
+                .collect();
+            missing.extend(
+                maps::ALL
+                    .iter()
+                    .filter(|map| !object.maps.contains_key(**map))
+                    .map(|map| format!("map {map}")),
+            );
+            missing.extend(
+                globals::ALL
+                    .iter()
+                    .chain(extra_globals)
+                    .filter(|global| !has_global(&mut object, global))
+                    .map(|global| format!("global {global}")),
+            );
+            assert!(missing.is_empty(), "the {name} eBPF object lacks: {}", missing.join(", "));
+        }
     }
 }

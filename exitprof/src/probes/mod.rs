@@ -3,8 +3,8 @@
 //! loss counters, stacks), the kernel's statistics of each program, and the privileges all of
 //! it needs.
 //!
-//! Must not import `run`, `analysis`, `report`, `export` or `cli`: it knows how to probe, not
-//! what a run does with the records.
+//! Must not import `run`, `analysis`, `cli`, nor the presentation layer (`present`, `report`,
+//! `export`, `diff`): it knows how to probe, not what a run does with the records.
 
 pub mod floor;
 pub mod kprobe_events;
@@ -15,6 +15,7 @@ pub mod privileges;
 pub mod prog_stats;
 
 use self::plan::{AttachMode, PointSet};
+use crate::groups::GroupBy;
 
 /// How exitprof attaches its probes, as asked.
 #[derive(Clone, Copy, Debug)]
@@ -30,4 +31,6 @@ pub struct ProbeOptions {
     pub sample_hz: u32,
     /// Every probe point, or only those an exit's start and end need.
     pub points: PointSet,
+    /// How exits are grouped (by cgroup: the cgroups made and removed during the run are named).
+    pub group_by: Option<GroupBy>,
 }

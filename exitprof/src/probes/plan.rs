@@ -6,18 +6,22 @@
 //! tracepoints otherwise — or exactly the mode the user forced, failing clearly where it cannot
 //! work.
 
-use std::{collections::HashSet, fmt};
+use std::{collections::HashSet, fmt, path::Path};
 
 use exitprof_common::{
+    cgroup,
     names::{FunctionPrograms, programs},
     point::{ExitFn, Marker, Point},
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::kernel::{KernelFacts, exit_path::ExitPath, marker_name};
+use crate::{
+    groups::GroupBy,
+    kernel::{KernelFacts, bpf_object::BpfObject, exit_path::ExitPath, marker_name},
+};
 
 /// The attach mode asked for on the command line.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AttachMode {
     /// Per point, the best the kernel offers: fentry, then kprobe, then tracepoints.
@@ -49,13 +53,17 @@ pub enum PointSet {
     /// Every point the kernel offers: the exit cut into stages, deferred work joined.
     #[default]
     Full,
+    /// Every point of the exit itself, without the probes of deferred work (`workqueue_*` fire
+    /// on every work item of the machine, `kfree` on every free): what `serve` attaches, as it
+    /// does not join deferred work.
+    Stages,
     /// Only what an exit's start and end need: its first probe and the final switch-out. The
     /// exit is one stage; it checks what the other points cost the exits they time.
     Minimal,
 }
 
 /// How one planned point is attached.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum How {
     Fentry,
@@ -100,12 +108,21 @@ pub enum DeferredSite {
     TaskFree,
 }
 
-/// A probe site: a marker, a function probed at entry and return, or a deferred-work probe.
+/// The cgroups made and removed during a run, whose paths name the exits in them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CgroupSite {
+    Made,
+    Removed,
+}
+
+/// A probe site: a marker, a function probed at entry and return, a deferred-work probe, or one
+/// that names the cgroups of exits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SiteId {
     Marker(Marker),
     Function(ExitFn),
     Deferred(DeferredSite),
+    Cgroup(CgroupSite),
 }
 
 impl SiteId {
@@ -125,7 +142,14 @@ impl SiteId {
                 DeferredSite::Wait4Return => "wait4 return (reap)",
                 DeferredSite::TaskFree => "sched_process_free",
             },
+            Self::Cgroup(CgroupSite::Made) => "cgroup_mkdir",
+            Self::Cgroup(CgroupSite::Removed) => "cgroup_rmdir",
         }
+    }
+
+    /// The site of this name (a plan read back from a record file names its points).
+    pub fn named(name: &str) -> Option<Self> {
+        SITES.iter().map(|s| s.id).find(|id| id.name() == name)
     }
 
     /// The exit-path probe points this site produces (none for deferred work).
@@ -133,7 +157,7 @@ impl SiteId {
         match self {
             Self::Marker(m) => vec![Point::Marker(m)],
             Self::Function(f) => vec![Point::Enter(f), Point::Return(f)],
-            Self::Deferred(_) => Vec::new(),
+            Self::Deferred(_) | Self::Cgroup(_) => Vec::new(),
         }
     }
 }
@@ -146,8 +170,9 @@ enum Hook {
     Function { symbol: &'static str, renamed: &'static [&'static str], programs: FunctionPrograms },
     /// A tracepoint with a BTF prototype (`tp_btf`). Its program is named after it.
     BtfTracepoint(&'static str),
-    /// A `syscalls:` tracepoint (these have no BTF prototype of their own), and its program.
-    Syscall { event: &'static str, program: &'static str },
+    /// A tracepoint attached by its category and name (`syscalls:` ones have no BTF prototype
+    /// of their own; `cgroup:` ones are read by their fields), and its program.
+    Tracepoint { category: &'static str, event: &'static str, program: &'static str },
 }
 
 impl Hook {
@@ -164,7 +189,9 @@ impl Hook {
                 };
                 std::iter::once((pair.entry, false)).chain(pair.exit.map(|p| (p, true))).collect()
             }
-            Self::BtfTracepoint(name) | Self::Syscall { program: name, .. } => vec![(name, false)],
+            Self::BtfTracepoint(name) | Self::Tracepoint { program: name, .. } => {
+                vec![(name, false)]
+            }
         }
     }
 }
@@ -200,6 +227,11 @@ const fn renamed(f: ExitFn, renamed: &'static [&'static str]) -> Site {
     site(SiteId::Function(f), probed(f.slot(), renamed, f.programs()))
 }
 
+/// A `syscalls:` tracepoint.
+const fn syscall(event: &'static str, program: &'static str) -> Hook {
+    Hook::Tracepoint { category: "syscalls", event, program }
+}
+
 const fn fallback(id: SiteId, hook: Hook, primary: SiteId) -> Site {
     Site { id, hook, fallback_for: Some(primary) }
 }
@@ -212,7 +244,7 @@ pub fn every_program() -> Vec<(&'static str, &'static str)> {
     let hows = |hook| match hook {
         Hook::Function { .. } => &[How::Kprobe, How::Fentry][..],
         Hook::BtfTracepoint(_) => &[How::BtfTracepoint],
-        Hook::Syscall { .. } => &[How::Tracepoint],
+        Hook::Tracepoint { .. } => &[How::Tracepoint],
     };
     SITES
         .iter()
@@ -239,12 +271,12 @@ const SITES: &[Site] = &[
     site(DO_EXIT, probed("do_exit", &[], programs::DO_EXIT)),
     fallback(
         SiteId::Marker(Marker::SysEnterExit),
-        Hook::Syscall { event: "sys_enter_exit", program: programs::SYS_ENTER_EXIT },
+        syscall("sys_enter_exit", programs::SYS_ENTER_EXIT),
         DO_EXIT,
     ),
     fallback(
         SiteId::Marker(Marker::SysEnterExitGroup),
-        Hook::Syscall { event: "sys_enter_exit_group", program: programs::SYS_ENTER_EXIT },
+        syscall("sys_enter_exit_group", programs::SYS_ENTER_EXIT),
         DO_EXIT,
     ),
     fallback(
@@ -312,10 +344,27 @@ const SITES: &[Site] = &[
     site(REAP, probed("release_task", &[], programs::REAP)),
     fallback(
         SiteId::Deferred(DeferredSite::Wait4Return),
-        Hook::Syscall { event: "sys_exit_wait4", program: programs::SYS_EXIT_WAIT4 },
+        syscall("sys_exit_wait4", programs::SYS_EXIT_WAIT4),
         REAP,
     ),
     site(TASK_FREE, Hook::BtfTracepoint(programs::SCHED_PROCESS_FREE)),
+    // The workloads of exits.
+    site(
+        SiteId::Cgroup(CgroupSite::Made),
+        Hook::Tracepoint {
+            category: "cgroup",
+            event: "cgroup_mkdir",
+            program: programs::CGROUP_MKDIR,
+        },
+    ),
+    site(
+        SiteId::Cgroup(CgroupSite::Removed),
+        Hook::Tracepoint {
+            category: "cgroup",
+            event: "cgroup_rmdir",
+            program: programs::CGROUP_RMDIR,
+        },
+    ),
 ];
 
 /// Where the kernel side releases the slot of an exit whose end was never seen, and reports the
@@ -335,6 +384,8 @@ pub struct Wants {
     /// cannot be probed; `wait4` for reaps). Any of them puts every syscall of the machine on
     /// the kernel's traced path.
     pub syscall_tracepoints: bool,
+    /// How exits are grouped: by cgroup names the cgroups made and removed during the run.
+    pub group_by: Option<GroupBy>,
     /// Look up the symbols of function points even where no function can be probed (tracepoint
     /// mode, or a kernel with neither kprobes nor fentry), to say what each would resolve to:
     /// `exitprof plan` does; a run does not, as that reads the whole of kallsyms.
@@ -355,6 +406,18 @@ pub struct Planned {
 }
 
 impl Planned {
+    /// A planned point read back (from a record file); `None` when no site has that name or it
+    /// cannot be attached that way.
+    pub fn restored(point: &str, how: How, target: String, note: Option<String>) -> Option<Self> {
+        let site = SiteId::named(point)?;
+        let fits = match site_of(site).hook {
+            Hook::Function { .. } => matches!(how, How::Kprobe | How::Fentry),
+            Hook::BtfTracepoint(_) => how == How::BtfTracepoint,
+            Hook::Tracepoint { .. } => how == How::Tracepoint,
+        };
+        fits.then(|| Self { site, point: site.name(), how, target, note })
+    }
+
     /// The eBPF programs that implement this point, each with whether it is a return probe.
     pub fn programs(&self) -> Vec<(&'static str, bool)> {
         site_of(self.site).hook.programs(self.how)
@@ -393,6 +456,8 @@ pub struct Unplanned {
 pub struct Plan {
     pub kernel: String,
     pub mode: AttachMode,
+    /// The eBPF object this kernel loads, and how it does each part of its work.
+    pub object: BpfObject,
     pub points: Vec<Planned>,
     pub unavailable: Vec<Unplanned>,
     #[serde(skip)]
@@ -471,6 +536,7 @@ impl Plan {
         let plan = Self {
             kernel: facts.release.clone(),
             mode,
+            object: facts.object.clone(),
             points: kept,
             unavailable,
             exit_path: ExitPath::for_kernel(facts.version),
@@ -492,30 +558,58 @@ impl Plan {
     /// The plan with only the points of `set`: for [`PointSet::Minimal`], the start markers of
     /// an exit (and the first exit-only point, where they do not cover every way into an exit),
     /// the final switch-out and the task's free (where a slot left by an unseen end is
-    /// released); the others are listed as left out.
+    /// released); for [`PointSet::Stages`], all but the probes of deferred work (the task's
+    /// free kept); the others are listed as left out.
     #[must_use]
-    pub fn with_points(mut self, set: PointSet) -> Self {
-        if set == PointSet::Full {
-            return self;
+    pub fn with_points(self, set: PointSet) -> Self {
+        let kept_in_stages =
+            |site: SiteId| !matches!(site, SiteId::Deferred(_)) || site == TASK_FREE;
+        match set {
+            PointSet::Full => return self,
+            PointSet::Stages => return self.keeping(kept_in_stages, "--points stages"),
+            PointSet::Minimal => {}
         }
         let is_start = |site: SiteId| START_MARKERS.iter().any(|&m| site == SiteId::Marker(m));
-        let planned = |m: Marker| self.points.iter().any(|p| p.site == SiteId::Marker(m));
-        // `do_exit`, or each of the ways into it; else exits open at the first exit-only point.
-        let every_start = planned(Marker::DoExit) || START_MARKERS[1..].iter().all(|&m| planned(m));
+        let every_start = self.sees_every_start();
         let kept = |site: SiteId| {
             is_start(site)
                 || site == SiteId::Marker(Marker::FinalSwitch)
                 || site == TASK_FREE
+                || matches!(site, SiteId::Cgroup(_))
                 || (!every_start && site == SiteId::Marker(Marker::SchedProcessExit))
         };
+        self.keeping(kept, "--points minimal")
+    }
+
+    /// The plan with only the points `kept` keeps; the others listed as left out by `set`.
+    fn keeping(mut self, kept: impl Fn(SiteId) -> bool, set: &str) -> Self {
         let (points, left_out): (Vec<Planned>, Vec<Planned>) =
             self.points.into_iter().partition(|p| kept(p.site));
         self.points = points;
         self.unavailable.extend(left_out.into_iter().map(|p| Unplanned {
             point: p.point,
-            reason: "not in the minimal point set (--points minimal)".to_owned(),
+            reason: format!("not in the point set ({set})"),
         }));
         self
+    }
+
+    /// Whether every exit's start is seen: `do_exit`, or each of the ways into it.
+    fn sees_every_start(&self) -> bool {
+        let planned = |m: Marker| self.points.iter().any(|p| p.site == SiteId::Marker(m));
+        planned(Marker::DoExit) || START_MARKERS[1..].iter().all(|&m| planned(m))
+    }
+
+    /// The point exits whose start no probe saw are timed from (the first exit-only point that
+    /// opens a record, as the eBPF side has them), where some exits will be; `None` where every
+    /// start is seen.
+    pub fn late_start_point(&self) -> Option<Point> {
+        if self.sees_every_start() {
+            return None;
+        }
+        [Marker::SchedProcessExit, Marker::DoTaskDead]
+            .into_iter()
+            .find(|&m| self.points.iter().any(|p| p.site == SiteId::Marker(m)))
+            .map(Point::Marker)
     }
 
     /// The eBPF program that runs at `point`, as the plan attaches it (`None` where the point
@@ -528,6 +622,11 @@ impl Plan {
         };
         let planned = self.points.iter().find(|p| p.site == site)?;
         planned.programs().into_iter().find(|&(_, is_ret)| is_ret == ret).map(|(name, _)| name)
+    }
+
+    /// Whether the cgroups made and removed are named (exits grouped by cgroup).
+    pub fn names_cgroups(&self) -> bool {
+        self.points.iter().any(|p| matches!(p.site, SiteId::Cgroup(_)))
     }
 
     /// Whether tasks' frees are seen (`sched_process_free`): where the kernel side releases the
@@ -590,10 +689,40 @@ fn look_up_types(facts: &KernelFacts, mode: AttachMode) {
     btf.look_up_probes(tracepoints.chain([programs::SCHED_PROCESS_EXEC]), functions);
 }
 
+/// Whether a `cgroup:` event keeps the fields the kernel side reads where it reads them (their
+/// layout since v5.5).
+fn cgroup_format_fits(tracefs: &Path, event: &str) -> Result<(), String> {
+    let path = tracefs.join("events/cgroup").join(event).join("format");
+    let format = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let wanted = [
+        ("int root", cgroup::TP_ROOT_OFFSET),
+        ("u64 id", cgroup::TP_ID_OFFSET),
+        ("__data_loc char[] path", cgroup::TP_PATH_OFFSET),
+    ];
+    for (field, offset) in wanted {
+        if !format.contains(&format!("field:{field};\toffset:{offset};")) {
+            return Err(format!("{event} has no field `{field}` at offset {offset}"));
+        }
+    }
+    Ok(())
+}
+
 /// Why a function point cannot be probed, when the kernel lacks the mode altogether (said once,
 /// in the calibration, with the reason).
 const NO_FENTRY: &str = "no fentry on this kernel";
 const NO_KPROBES: &str = "no kprobes on this kernel";
+
+/// Whether ftrace can trace `symbol`, where the kernel says which functions it can: fentry needs
+/// it, and so do kprobe events.
+fn traceable(facts: &KernelFacts, symbol: &str) -> Result<(), String> {
+    match &facts.ftrace_functions {
+        Some(traceable) if !traceable.contains(symbol) => {
+            Err(format!("{symbol} is not in available_filter_functions (notrace)"))
+        }
+        _ => Ok(()),
+    }
+}
 
 fn resolve_site(
     facts: &KernelFacts,
@@ -628,13 +757,20 @@ fn resolve_site(
                 Err(format!("tracepoint {name} does not exist on this kernel"))
             }
         }
-        Hook::Syscall { .. } if !wants.syscall_tracepoints => Err(
+        Hook::Tracepoint { category: "syscalls", .. } if !wants.syscall_tracepoints => Err(
             "syscall tracepoints are off (--syscall-tracepoints): any of them slows every syscall \
              of the machine"
                 .to_owned(),
         ),
-        Hook::Syscall { event, .. } => {
-            Ok(planned(How::Tracepoint, &format!("syscalls:{event}"), None))
+        Hook::Tracepoint { category: "cgroup", .. } if wants.group_by != Some(GroupBy::Cgroup) => {
+            Err("names the cgroups made and removed during a run: for --group-by cgroup".to_owned())
+        }
+        Hook::Tracepoint { category: "cgroup", event, .. } => {
+            cgroup_format_fits(&facts.tracefs, event)?;
+            Ok(planned(How::Tracepoint, &format!("cgroup:{event}"), None))
+        }
+        Hook::Tracepoint { category, event, .. } => {
+            Ok(planned(How::Tracepoint, &format!("{category}:{event}"), None))
         }
         Hook::Function { symbol: first, renamed, .. } => {
             let unusable = match mode {
@@ -668,19 +804,16 @@ fn resolve_site(
                 if !btf.has_function(symbol) {
                     return Err(format!("BTF has no function {symbol}"));
                 }
-                match &facts.ftrace_functions {
-                    Some(traceable) if !traceable.contains(symbol) => {
-                        Err(format!("{symbol} is not in available_filter_functions"))
-                    }
-                    _ => Ok(()),
-                }
+                traceable(facts, symbol)
             };
             let kprobe = || -> Result<(), String> {
                 facts.kprobes.clone().map_err(|_| NO_KPROBES.to_owned())?;
                 if facts.kprobe_blacklist.contains(symbol) {
                     return Err(format!("{symbol} is on the kprobe blacklist"));
                 }
-                Ok(())
+                // Kprobe events refuse a function ftrace cannot trace (built `notrace`, as
+                // perf's core is on 5.10) unless the kernel has KPROBE_EVENTS_ON_NOTRACE.
+                traceable(facts, symbol)
             };
             match mode {
                 AttachMode::Fentry => {
@@ -730,8 +863,12 @@ mod tests {
     use super::*;
     use crate::kernel::{btf::KernelBtf, kallsyms::Kallsyms, version::KernelVersion};
 
-    const WANTS: Wants =
-        Wants { ipc_frees_via_kfree: false, syscall_tracepoints: true, unusable_symbols: true };
+    const WANTS: Wants = Wants {
+        ipc_frees_via_kfree: false,
+        syscall_tracepoints: true,
+        group_by: None,
+        unusable_symbols: true,
+    };
 
     /// Kernel facts from a captured kallsyms, with the running kernel's BTF (real type data).
     fn facts(kallsyms: &str, kprobes: bool, fentry: bool) -> KernelFacts {
@@ -748,6 +885,7 @@ mod tests {
             kallsyms: Kallsyms::parse(kallsyms.as_bytes()).unwrap().into(),
             ftrace_functions: None,
             kprobe_blacklist: HashSet::new(),
+            object: BpfObject::default_object(),
         }
     }
 
@@ -836,6 +974,23 @@ ffffffff810000a0 T release_task
             plan.unavailable
                 .iter()
                 .any(|u| u.point == "exit_sem" && u.reason.contains("not a symbol"))
+        );
+    }
+
+    /// As on 5.10, where perf's core is built `notrace`: kprobe events refuse such functions.
+    #[test]
+    fn kprobe_mode_leaves_out_functions_ftrace_cannot_trace() {
+        let mut facts = facts(KALLSYMS_6_12, true, false);
+        facts.ftrace_functions = Some(["do_exit", "taskstats_exit"].map(str::to_owned).into());
+        let plan = Plan::resolve(&facts, AttachMode::Kprobe, WANTS).unwrap();
+        assert_eq!(
+            how(&plan, SiteId::Function(ExitFn::TaskstatsExit)),
+            Some((How::Kprobe, "taskstats_exit"))
+        );
+        assert_eq!(how(&plan, SiteId::Function(ExitFn::ExitFiles)), None);
+        assert!(
+            plan.unavailable.iter().any(|u| u.point == "exit_files"
+                && u.reason.contains("not in available_filter_functions"))
         );
     }
 

@@ -15,11 +15,13 @@ use crate::{
         probe_effect::{EffectCheck, ProbeEffect},
         stats::Spread,
     },
-    compare::{Comparer, Comparison, SideRuns},
+    compare::{CompareOutcome, Comparison, SideRuns},
     conditions::Condition,
     probes::plan::{AttachMode, Planned},
+    profiled::Target,
     report::{
         fmt_ns, fmt_rate,
+        groups::GroupsDoc,
         run_document::{StageDoc, WorkloadDoc, stage_docs},
         signed,
         table::TextTable,
@@ -27,7 +29,6 @@ use crate::{
         verdict::{compare_verdict, run_verdict},
     },
     run::Losses,
-    target::Target,
 };
 
 /// Sampled stacks compared per side, those whose time differs most.
@@ -47,15 +48,15 @@ pub struct ComparisonSetup {
 }
 
 impl ComparisonSetup {
-    pub fn new(comparer: &Comparer, target: &Target) -> Self {
+    pub fn new(outcome: &CompareOutcome, target: &Target) -> Self {
         Self {
-            partial: comparer.interrupted.is_some(),
-            kernel: comparer.plan.kernel.clone(),
-            attach: comparer.plan.mode,
+            partial: outcome.interrupted.is_some(),
+            kernel: outcome.plan.kernel.clone(),
+            attach: outcome.plan.mode,
             workload: WorkloadDoc::new(target, None),
-            condition: comparer.condition,
-            condition_means: comparer.condition.description(),
-            runs_per_side: comparer.runs,
+            condition: outcome.condition,
+            condition_means: outcome.condition.description(),
+            runs_per_side: outcome.runs,
         }
     }
 }
@@ -76,7 +77,7 @@ pub struct CompareDocument {
 /// What a comparison found.
 #[derive(Debug, Serialize)]
 pub struct ComparisonDoc {
-    /// The seeds' table: user, sys and elapsed time, Yes (on) and No (off), medians and
+    /// The 2006 benchmark's table: user, sys and elapsed time, Yes (on) and No (off), medians and
     /// spreads, Ovhd%.
     pub table: Vec<MetricRow>,
     pub exit_rate_on: Spread,
@@ -116,6 +117,9 @@ pub struct SideDoc {
     /// Where the kernel counted exitprof's program runs (point-set): how much of the exits
     /// they were; `null` otherwise.
     pub probe_effect: Option<ProbeEffect>,
+    /// With --group-by: the side's exits by workload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<GroupsDoc>,
 }
 
 impl SideDoc {
@@ -134,11 +138,12 @@ impl SideDoc {
             } else {
                 Vec::new()
             },
-            verdict: side.profiled.then(|| {
-                run_verdict(profile.exit(), &profile.rows(), &side.blocked_in(), &side.on_cpu)
-            }),
+            verdict: side
+                .profiled
+                .then(|| run_verdict(profile.exit(), &profile.rows(), &side.blocked, &side.on_cpu)),
             deferred: side.session.deferred.report(),
             probe_effect: effect,
+            groups: side.session.groups.as_ref().map(GroupsDoc::new),
         }
     }
 }
@@ -198,13 +203,13 @@ impl ComparisonDoc {
 }
 
 impl CompareDocument {
-    pub fn new(comparer: &Comparer, target: &Target, c: &Comparison) -> Self {
+    pub fn new(outcome: &CompareOutcome, target: &Target, c: &Comparison) -> Self {
         Self {
-            setup: ComparisonSetup::new(comparer, target),
+            setup: ComparisonSetup::new(outcome, target),
             result: ComparisonDoc::new(c),
             on: SideDoc::new(&c.on),
             off: SideDoc::new(&c.off),
-            probes: comparer.plan.points.clone(),
+            probes: outcome.plan.points.clone(),
         }
     }
 
@@ -225,11 +230,17 @@ impl CompareDocument {
             self.setup.attach
         );
         out.push_str(&render_comparison(&self.result));
+        for (side, doc) in [("on", &self.on), ("off", &self.off)] {
+            if let Some(groups) = &doc.groups {
+                let _ = write!(out, "\n{} {side}:", self.setup.condition.name());
+                out.push_str(&groups.render());
+            }
+        }
         out
     }
 }
 
-/// The seed's table, the listener's counts, the per-stage deltas and the verdict.
+/// The Yes/No/Ovhd table, the listener's counts, the per-stage deltas and the verdict.
 pub fn render_comparison(r: &ComparisonDoc) -> String {
     let mut out = String::new();
     let mut table =

@@ -2,13 +2,16 @@
 //! comparison or sweep and the probe plan, the verdicts, the progress line, and how durations
 //! and rates are written.
 //!
-//! It reads what runs and comparisons produced (`run::RunOutcome`, `compare::Comparison`) and
-//! the plan. Must not import `cli`, nor load, attach or read the eBPF object (of `probes`, only
-//! the plan's and the programs' costs' data).
+//! Part of the presentation layer, under `present`: it reads what runs and comparisons produced
+//! (`run::RunOutcome`, `compare::CompareOutcome`) and the plan. Must not import `cli` or
+//! `present`, nor load, attach or read the eBPF object (of `probes`, only the plan's and the
+//! programs' costs' data); `run`, `compare` and the folders under them never import it.
 
 pub mod compare_document;
+pub mod groups;
 pub mod plan_document;
 pub mod progress;
+pub mod record_views;
 pub mod run_document;
 pub mod table;
 pub mod terminal;

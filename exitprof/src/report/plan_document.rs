@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::{
-    kernel::KernelFacts,
+    kernel::{KernelFacts, bpf_object::BpfObject},
     probes::plan::{AttachMode, Plan, Planned, Unplanned},
     report::table::TextTable,
 };
@@ -20,6 +20,8 @@ pub struct PlanDocument {
     pub fentry: String,
     pub btf: bool,
     pub tracefs: String,
+    /// The eBPF object this kernel loads.
+    pub object: BpfObject,
     pub points: Vec<Planned>,
     pub unavailable: Vec<Unplanned>,
 }
@@ -37,6 +39,7 @@ impl PlanDocument {
             fentry: feature(&facts.fentry),
             btf: facts.layout.is_ok(),
             tracefs: facts.tracefs.display().to_string(),
+            object: plan.object.clone(),
             points: plan.points.clone(),
             unavailable: plan.unavailable.clone(),
         }
@@ -49,6 +52,7 @@ impl PlanDocument {
         let _ = writeln!(out, "fentry   {}", self.fentry);
         let _ = writeln!(out, "BTF      {}", if self.btf { "yes" } else { "no" });
         let _ = writeln!(out, "tracefs  {}", self.tracefs);
+        let _ = writeln!(out, "object   {}", self.object.describe());
         let _ = writeln!(out, "\nprobe points, in exit-path order ({}):", self.points.len());
         let mut table = TextTable::new(["point", "mode", "attached to", "note"]);
         for p in &self.points {

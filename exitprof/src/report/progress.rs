@@ -1,27 +1,29 @@
 //! The progress line on a terminal: exits so far, the current rate, the expected total when it
 //! is known. Nothing at all when stderr is not a terminal or the output is JSON.
 
-use std::{
-    io::IsTerminal as _,
-    time::{Duration, Instant},
-};
+use std::{io::IsTerminal as _, time::Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::report::fmt_rate;
+use crate::{report::fmt_rate, run::collect::Progress};
 
-/// How often the line is redrawn.
-pub const INTERVAL: Duration = Duration::from_millis(250);
-
-pub struct Progress {
+/// What a live run shows while it collects (a run of a compare shows nothing).
+pub struct ProgressLine {
+    wanted: bool,
     bar: Option<ProgressBar>,
     last: (Instant, u64),
 }
 
-impl Progress {
-    /// A progress line on stderr, if stderr is a terminal and `wanted`.
-    pub fn new(expected: Option<u64>, wanted: bool) -> Self {
-        let bar = (wanted && std::io::stderr().is_terminal()).then(|| {
+impl ProgressLine {
+    /// A progress line on stderr once the run starts, if stderr is a terminal and `wanted`.
+    pub fn new(wanted: bool) -> Self {
+        Self { wanted, bar: None, last: (Instant::now(), 0) }
+    }
+}
+
+impl Progress for ProgressLine {
+    fn start(&mut self, expected: Option<u64>) {
+        self.bar = (self.wanted && std::io::stderr().is_terminal()).then(|| {
             let (bar, template) = match expected {
                 Some(n) => {
                     (ProgressBar::new(n), "{spinner} {pos}/{len} exits {wide_bar} {msg} {elapsed}")
@@ -33,15 +35,15 @@ impl Progress {
             bar.set_draw_target(ProgressDrawTarget::stderr());
             bar
         });
-        Self { bar, last: (Instant::now(), 0) }
+        self.last = (Instant::now(), 0);
     }
 
-    pub fn is_shown(&self) -> bool {
+    fn is_shown(&self) -> bool {
         self.bar.is_some()
     }
 
     /// Shows `exits` so far and the rate since the last update.
-    pub fn update(&mut self, exits: u64) {
+    fn update(&mut self, exits: u64) {
         let Some(bar) = &self.bar else { return };
         let now = Instant::now();
         let (then, before) = self.last;
@@ -55,7 +57,7 @@ impl Progress {
     }
 
     /// Removes the line before the report is printed.
-    pub fn finish(&self) {
+    fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }

@@ -1,26 +1,26 @@
 //! The machine-readable result of a run (`--json`).
 
-use std::time::Duration;
-
 use serde::Serialize;
 
 use crate::{
     analysis::{
         blocking::BlockedIn,
         deferred::DeferredReport,
+        exit_stacks::JoinCounts,
         histogram::{Bucket, Latency},
-        on_cpu::{HotPath, OnCpuIn, OnCpuReport, SampleCounts},
+        on_cpu::{HotPath, OnCpuIn, OnCpuReport},
         probe_effect::ProbeEffect,
         profile::{Profile, StageRow},
         records::ExitKind,
     },
+    kernel::bpf_object::BpfObject,
     probes::{
         load::ProgramCost,
         plan::{AttachMode, Planned, Unplanned},
     },
-    report::verdict::run_verdict,
-    run::{Ended, Losses, RunOutcome, own_cost::OwnCost},
-    target::{ForkParams, Storm, Target, ThreadsParams, workload::ChildOutcome},
+    profiled::{ForkParams, Storm, Target, ThreadsParams, workload::exit_rate},
+    report::{groups::GroupsDoc, verdict::run_verdict},
+    run::{Ended, Losses, RunOutcome, own_cost::OwnCost, record::selection::Selected},
 };
 
 /// How far the achieved rate may be from a --rate target and still count as reached.
@@ -36,6 +36,8 @@ pub struct RunDocument {
     pub partial: bool,
     pub kernel: String,
     pub attach: AttachMode,
+    /// The eBPF object loaded, and how it does each part of its work where kernels differ.
+    pub object: BpfObject,
     pub workload: WorkloadDoc,
     pub ended: Ended,
     pub exits_expected: Option<u64>,
@@ -65,19 +67,28 @@ pub struct RunDocument {
     /// The same for each kind of exit that occurred apart: `thread` (a thread of a process that
     /// lives on) and `process` (the last or only thread of its process).
     pub by_kind: Vec<KindDoc>,
+    /// With --group-by: the exits of each workload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<GroupsDoc>,
     /// Exits that ran out of hit slots: in the whole exit's figures, left out of the stages'.
     pub truncated: u64,
-    /// Blocked exits, and those whose longest block's kernel stack was walked (within a
-    /// budget of walks per second and CPU): `blocked_in` covers the latter.
+    /// Exits that blocked (were switched out asleep), and their blocks.
     pub blocked_exits: u64,
-    pub blocked_exits_walked: u64,
+    pub blocks: u64,
+    /// Blocks whose kernel stack was walked (within a budget of walks per second and CPU) and
+    /// joined to their exit.
+    pub blocks_walked: u64,
+    /// Time the exits spent blocked, in all: `blocked_in` and `blocked_unwalked_ns` add up to it.
+    pub blocked_ns: u128,
+    /// Blocked time in stages where no block's stack was walked.
+    pub blocked_unwalked_ns: u128,
     /// Where the time went, in a sentence or two.
     pub verdict: String,
-    /// Where exits blocked: the kernel stacks of each exit's longest block, most blocked time
-    /// first.
+    /// Where exits blocked, by stage and kernel stack, most time first: each stage's blocked
+    /// time shared out by the time of the blocks walked in it.
     pub blocked_in: Vec<BlockedIn>,
     /// What became of the on-CPU samples (`stages[].on_cpu_in` has those joined to a stage).
-    pub samples: SampleCounts,
+    pub samples: JoinCounts,
     /// Work the exits caused in other contexts, joined back to them.
     pub deferred: DeferredReport,
     /// With --bpf-stats: what exitprof's programs cost in the kernel while the target ran.
@@ -89,6 +100,28 @@ pub struct RunDocument {
     pub unavailable: Vec<Unplanned>,
     /// exitprof's own CPU time and peak memory, its workload children left out.
     pub exitprof: OwnCost,
+    /// Of a record's exits, those a view chose (`exitprof report --pid`, each kind of
+    /// `--by-kind`): which, out of how many, and the keys that stay the whole run's; `null` for
+    /// all of the run's exits.
+    pub selected: Option<SelectedDoc>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SelectedDoc {
+    #[serde(flatten)]
+    pub selected: Selected,
+    /// Keys of this document that are of the whole run: the exits it lost cannot be told apart
+    /// by process, nor can the `free_ipc` kworker's runs or exitprof's programs' runs, and the
+    /// workload's times are its own.
+    pub run_wide: [&'static str; 7],
+}
+
+impl SelectedDoc {
+    pub fn new(selected: Selected) -> Self {
+        let run_wide =
+            ["lost", "losses", "elapsed_s", "user_s", "sys_s", "deferred.ipc", "kernel_cost"];
+        Self { selected, run_wide }
+    }
 }
 
 /// What was profiled, with its parameters.
@@ -292,25 +325,12 @@ pub fn kind_docs(profile: &Profile) -> Vec<KindDoc> {
         .collect()
 }
 
-/// Exits per second: for storms as the 2006 thread computed it, from the drivers' counts
-/// ((created + exited) / elapsed / 2); otherwise exits recorded / elapsed.
-pub fn exit_rate(child: Option<&ChildOutcome>, elapsed: Duration, recorded: u64) -> f64 {
-    let elapsed_s = elapsed.as_secs_f64();
-    if elapsed_s <= 0.0 {
-        return 0.0;
-    }
-    match child.and_then(|c| c.report.as_ref()) {
-        Some(r) => (r.created + r.exited) as f64 / 2.0 / elapsed_s,
-        None => recorded as f64 / elapsed_s,
-    }
-}
-
 impl RunDocument {
     pub fn new(run: &RunOutcome) -> Self {
         let elapsed_s = run.elapsed.as_secs_f64();
         let recorded = run.profile.exits;
         let verdict =
-            run_verdict(run.profile.exit(), &run.profile.rows(), &run.blocked_in, &run.on_cpu);
+            run_verdict(run.profile.exit(), &run.profile.rows(), &run.blocked, &run.on_cpu);
         let stages = stage_docs(&run.profile, &run.on_cpu, run.probe_effect.as_ref());
         let report = run.child.as_ref().and_then(|c| c.report.as_ref());
         let exit_rate = exit_rate(run.child.as_ref(), run.elapsed, recorded);
@@ -329,6 +349,7 @@ impl RunDocument {
             partial: run.interrupted.is_some(),
             kernel: run.plan.kernel.clone(),
             attach: run.plan.mode,
+            object: run.plan.object.clone(),
             workload: WorkloadDoc::new(&run.target, run.duration.map(|d| d.as_secs_f64())),
             ended: run.ended,
             exits_expected: run.expected_exits,
@@ -345,18 +366,27 @@ impl RunDocument {
             rate,
             stages,
             by_kind: kind_docs(&run.profile),
+            groups: run.groups.as_ref().map(GroupsDoc::new),
             truncated: run.profile.truncated,
-            blocked_exits: run.blocked_exits,
-            blocked_exits_walked: run.blocked_exits_walked,
+            blocked_exits: run.blocked.blocked_exits,
+            blocks: run.blocked.blocks,
+            blocks_walked: run.blocked.blocks_walked,
+            blocked_ns: run.blocked.blocked_ns,
+            blocked_unwalked_ns: run.blocked.unwalked_ns,
             verdict,
-            blocked_in: run.blocked_in.clone(),
+            blocked_in: run.blocked.stacks.clone(),
             samples: run.on_cpu.sampled,
             deferred: run.deferred.report(),
-            kernel_cost: run.kernel_cost.as_deref().map(|c| KernelCostDoc::new(c, recorded)),
+            // exitprof's programs ran for all of the run's exits.
+            kernel_cost: run
+                .kernel_cost
+                .as_deref()
+                .map(|c| KernelCostDoc::new(c, run.selected.map_or(recorded, |s| s.exits_in_run))),
             probe_effect: run.probe_effect.clone(),
             probes: run.plan.points.clone(),
             unavailable: run.plan.unavailable.clone(),
             exitprof: run.own_cost,
+            selected: run.selected.map(SelectedDoc::new),
         }
     }
 }

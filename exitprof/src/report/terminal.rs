@@ -19,11 +19,12 @@ pub fn render(doc: &RunDocument) -> String {
     }
     let _ = writeln!(
         out,
-        "{:<9} {} (kernel {}, attach {})",
+        "{:<9} {} (kernel {}, attach {}{})",
         heading(&doc.workload),
         describe(&doc.workload),
         doc.kernel,
-        doc.attach
+        doc.attach,
+        if doc.object.is_compat() { ", compat eBPF object: see `exitprof plan`" } else { "" }
     );
     let cpu = match (doc.user_s, doc.sys_s) {
         (Some(user), Some(sys)) => format!("user {user:.3} s, sys {sys:.3} s"),
@@ -39,18 +40,72 @@ pub fn render(doc: &RunDocument) -> String {
     if let Some(rate) = &doc.rate {
         let _ = writeln!(out, "{:<9} {}", "rate:", describe_rate(rate, doc.exit_rate));
     }
+    out.push_str(&exits_line(doc));
+    out.push_str(&notes(doc));
+    out.push('\n');
+    out.push_str(&stage_table(&doc.stages).to_string());
+    out.push('\n');
+    let _ = writeln!(out, "{}", probe_effect_line(doc.probe_effect.as_ref()));
+    // Thread exits and process exits apart, where both occur.
+    if doc.by_kind.len() > 1 {
+        for kind in &doc.by_kind {
+            let _ = writeln!(out, "\n{} exits ({}):", kind.kind.name(), kind.exits);
+            out.push_str(&stage_table(&kind.stages).to_string());
+            out.push('\n');
+        }
+    }
+    if let Some(groups) = &doc.groups {
+        out.push_str(&groups.render());
+    }
+    let _ = writeln!(out, "\nverdict: {}", doc.verdict);
+    out.push_str(&on_cpu_table(doc));
+    out.push_str(&blocked_in_table(doc));
+    out.push_str(&deferred_table(&doc.deferred));
+    if let Some(cost) = &doc.kernel_cost {
+        out.push_str(&kernel_cost_table(cost));
+    }
+    out
+}
+
+/// How many exits were recorded and lost (of the exits a view selected, where one did).
+fn exits_line(doc: &RunDocument) -> String {
+    let mut out = String::new();
     let expected = match doc.exits_expected {
         Some(n) => format!(" of {n} expected"),
         None => String::new(),
     };
-    let _ = writeln!(
-        out,
-        "{:<9} {} recorded{expected}, {} lost{}",
-        "exits:",
-        doc.exits_recorded,
-        doc.lost,
-        loss_detail(doc)
-    );
+    match &doc.selected {
+        Some(s) => {
+            let lost = match doc.lost {
+                0 => "none".to_owned(),
+                n => format!("{n}{}: whose they were cannot be told", loss_detail(doc)),
+            };
+            let _ = writeln!(
+                out,
+                "{:<9} {} recorded of {} ({} in the run); the run lost {lost}",
+                "exits:",
+                doc.exits_recorded,
+                s.selected.filter.describe(),
+                s.selected.exits_in_run,
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "{:<9} {} recorded{expected}, {} lost{}",
+                "exits:",
+                doc.exits_recorded,
+                doc.lost,
+                loss_detail(doc)
+            );
+        }
+    }
+    out
+}
+
+/// What the reader should know of the exits' timing: those timed late, closed late, or cut.
+fn notes(doc: &RunDocument) -> String {
+    let mut out = String::new();
     if doc.late_starts > 0 {
         let _ = writeln!(
             out,
@@ -74,25 +129,6 @@ pub fn render(doc: &RunDocument) -> String {
              stages",
             "note:", doc.truncated
         );
-    }
-    out.push('\n');
-    out.push_str(&stage_table(&doc.stages).to_string());
-    out.push('\n');
-    let _ = writeln!(out, "{}", probe_effect_line(doc.probe_effect.as_ref()));
-    // Thread exits and process exits apart, where both occur.
-    if doc.by_kind.len() > 1 {
-        for kind in &doc.by_kind {
-            let _ = writeln!(out, "\n{} exits ({}):", kind.kind.name(), kind.exits);
-            out.push_str(&stage_table(&kind.stages).to_string());
-            out.push('\n');
-        }
-    }
-    let _ = writeln!(out, "\nverdict: {}", doc.verdict);
-    out.push_str(&on_cpu_table(doc));
-    out.push_str(&blocked_in_table(doc));
-    out.push_str(&deferred_table(&doc.deferred));
-    if let Some(cost) = &doc.kernel_cost {
-        out.push_str(&kernel_cost_table(cost));
     }
     out
 }
@@ -292,7 +328,7 @@ const ON_CPU_IN_PRINTED: usize = 3;
 const FRAMES_PRINTED: usize = 5;
 
 /// Where exits computed: the stacks sampled most in each stage that has samples.
-fn on_cpu_table(doc: &RunDocument) -> String {
+pub fn on_cpu_table(doc: &RunDocument) -> String {
     let mut table =
         TextTable::new(["stage", "on CPU in", "samples", "of stage", "est. time"]).names_left(2);
     let mut sampled: Vec<&StageDoc> = doc.stages.iter().filter(|s| s.on_cpu_samples > 0).collect();
@@ -328,37 +364,69 @@ fn on_cpu_table(doc: &RunDocument) -> String {
     )
 }
 
-/// Where exits blocked: each exit's longest block, by kernel stack.
-fn blocked_in_table(doc: &RunDocument) -> String {
-    let blocked = &doc.blocked_in;
-    if blocked.is_empty() {
+/// `n` and a noun, plural unless `n` is 1.
+fn counted(n: u64, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
+/// Blocked-in rows shown; the rest are summed in one row.
+const BLOCKED_IN_SHOWN: usize = 5;
+
+/// Where exits blocked, by stage and kernel stack: all of their blocked time, in the stacks
+/// shown, the others, and the stages where no block's stack was walked.
+pub fn blocked_in_table(doc: &RunDocument) -> String {
+    if doc.blocked_ns == 0 {
         return String::new();
     }
     let mut table =
-        TextTable::new(["blocked in", "exits", "mean", "of blocked time"]).figures_right();
-    for b in blocked {
+        TextTable::new(["stage", "blocked in", "walked", "est. time", "of blocked time"])
+            .names_left(2);
+    let share = |ns: f64| format!("{:.0}%", ns / doc.blocked_ns as f64 * 100.0);
+    for b in doc.blocked_in.iter().take(BLOCKED_IN_SHOWN) {
         table.add_row([
+            b.stage.clone(),
             b.describe(5),
-            b.exits.to_string(),
-            fmt_ns(b.total_ns as f64 / b.exits.max(1) as f64),
-            format!("{:.0}%", b.share * 100.0),
+            b.blocks.to_string(),
+            fmt_ns(b.est_ns),
+            share(b.est_ns),
         ]);
     }
-    let sampled = if doc.blocked_exits_walked < doc.blocked_exits {
-        format!(
-            "(stacks of {} of the {} blocked exits: at most a few hundred walks a second and CPU \
-             are made, a walk costing microseconds)\n",
-            doc.blocked_exits_walked, doc.blocked_exits
-        )
-    } else {
-        String::new()
-    };
-    format!("\n{table}\n{sampled}")
+    let rest = &doc.blocked_in[doc.blocked_in.len().min(BLOCKED_IN_SHOWN)..];
+    if !rest.is_empty() {
+        let ns: f64 = rest.iter().map(|b| b.est_ns).sum();
+        let walked: u64 = rest.iter().map(|b| b.blocks).sum();
+        table.add_row([
+            String::new(),
+            format!("({} other stacks)", rest.len()),
+            walked.to_string(),
+            fmt_ns(ns),
+            share(ns),
+        ]);
+    }
+    if doc.blocked_unwalked_ns > 0 {
+        let ns = doc.blocked_unwalked_ns as f64;
+        table.add_row([
+            String::new(),
+            "(stages where no stack was walked)".to_owned(),
+            "0".to_owned(),
+            fmt_ns(ns),
+            share(ns),
+        ]);
+    }
+    format!(
+        "\n{} blocked in all, in {} of {}; the stacks of {} were walked (at most a few hundred a \
+         second and CPU: a walk costs microseconds), and each stage's blocked time is shared out \
+         by theirs\n{table}\n",
+        fmt_ns(doc.blocked_ns as f64),
+        counted(doc.blocks, "block"),
+        counted(doc.blocked_exits, "exit"),
+        counted(doc.blocks_walked, "block")
+    )
 }
 
 /// The stage table; with --bpf-stats, a last column `probes`: the mean time exitprof's own
 /// programs ran in the stage, included in its figures.
-fn stage_table(stages: &[StageDoc]) -> TextTable {
+pub fn stage_table(stages: &[StageDoc]) -> TextTable {
     let mut header = vec![
         "stage", "count", "mean", "p50", "p90", "p99", "p99.9", "max", "share", "off-CPU",
         "runnable",

@@ -2,7 +2,7 @@
 
 use crate::{
     analysis::{
-        blocking::BlockedIn,
+        blocking::BlockedReport,
         comparison::{MetricRow, StageDelta, StageDeltas},
         histogram::Latency,
         on_cpu::{OnCpuReport, describe_chain},
@@ -18,12 +18,12 @@ const WORTH_NAMING: f64 = 0.10;
 /// Frames of a hot path the verdict names, innermost first.
 const CHAIN_SHOWN: usize = 6;
 
-/// The verdict on one run (or one side of a comparison); `blocked_in` are the stacks where
-/// its exits blocked, most blocked time first, and `on_cpu` the stacks they were sampled in.
+/// The verdict on one run (or one side of a comparison); `blocked` says where its exits
+/// blocked, by stage and stack, and `on_cpu` the stacks they were sampled in.
 pub fn run_verdict(
     exit: &Latency,
     rows: &[StageRow<'_>],
-    blocked_in: &[BlockedIn],
+    blocked: &BlockedReport,
     on_cpu: &OnCpuReport,
 ) -> String {
     let exit = exit.summary();
@@ -61,11 +61,17 @@ pub fn run_verdict(
         )
     );
     let blocks = top_summary.off_cpu_share() >= MOSTLY_OFF_CPU && top_summary.runq_share() < 0.5;
-    if blocks && let Some(where_) = blocked_in.first().filter(|b| !b.stack.is_empty()) {
+    let stage_blocked = top.latency.off_cpu_ns.saturating_sub(top.latency.runq_ns) as f64;
+    // Stacks come most blocked time first.
+    if blocks
+        && stage_blocked > 0.0
+        && let Some(where_) =
+            blocked.stacks.iter().find(|b| b.stage == top.stage.name && !b.stack.is_empty())
+    {
         text.push_str(&format!(
-            " The longest blocks are mostly in {} ({:.0}% of the blocked time).",
+            " They block mostly in {} ({:.0}% of the stage's blocked time).",
             where_.describe(4),
-            where_.share * 100.0
+            where_.est_ns / stage_blocked * 100.0
         ));
     }
     if let Some(next) = ranked.get(1).filter(|r| r.share_of_exit >= WORTH_NAMING) {
@@ -186,12 +192,37 @@ fn off_cpu_share(s: &StageDelta) -> f64 {
 mod tests {
     use super::*;
     use crate::analysis::{
-        on_cpu::{HotPath, SampleCounts, StageOnCpu},
+        blocking::BlockedIn,
+        exit_stacks::JoinCounts,
+        on_cpu::{HotPath, StageOnCpu},
         stages::Stage,
     };
 
+    #[test]
+    fn the_compare_verdict_names_the_stage_that_explains_the_delta() {
+        use crate::analysis::comparison::{
+            metric_rows, stage_deltas,
+            tests::{measure, taskstats_slower},
+        };
+        let (yes, no) = taskstats_slower();
+        let v = compare_verdict(
+            &metric_rows(&[measure(0.1, 1.0, 1.0)], &[measure(0.1, 0.5, 1.0)]),
+            Some(&stage_deltas(&yes, &no)),
+        );
+        assert!(
+            v.starts_with(
+                "An exit takes +3.5µs with the condition on; do_exit…taskstats_exit explains 86%"
+            ),
+            "{v}"
+        );
+        assert!(
+            v.contains("sys time changes by +100.0% and its elapsed time by +0.0% (within"),
+            "{v}"
+        );
+    }
+
     fn stage(name: &str) -> Stage {
-        Stage { name: name.to_owned(), covers: vec![], order: (0, 0) }
+        Stage { name: name.to_owned(), covers: vec![], waits_inline: vec![], order: (0, 0) }
     }
 
     fn latency(samples: &[(u64, u64)]) -> Latency {
@@ -212,12 +243,22 @@ mod tests {
             StageRow { stage: &files, latency: &files_l, share_of_exit: 0.1 },
             StageRow { stage: &mm, latency: &mm_l, share_of_exit: 0.9 },
         ];
-        let blocked = [BlockedIn {
-            stack: vec!["rwsem_down_read_slowpath".into(), "down_read".into(), "exit_mm".into()],
-            exits: 2,
-            total_ns: 7_000,
-            share: 0.875,
-        }];
+        let in_stage = |stage: &Stage, stack: &[&str], est_ns: f64| BlockedIn {
+            stage: stage.name.clone(),
+            stack: stack.iter().map(|&f| f.to_owned()).collect(),
+            blocks: 1,
+            walked_ns: 1,
+            est_ns,
+            share: est_ns / 8_000.0,
+        };
+        let blocked = BlockedReport {
+            blocked_ns: 8_000,
+            stacks: vec![
+                in_stage(&files, &["mutex_lock", "exit_files"], 1_000.0),
+                in_stage(&mm, &["rwsem_down_read_slowpath", "down_read", "exit_mm"], 7_000.0),
+            ],
+            ..BlockedReport::default()
+        };
         let v = run_verdict(&exit, &rows, &blocked, &OnCpuReport::default());
         assert!(
             v.starts_with("exit_mm…exit_thread holds 90% of the exit time (in 20% of the exits)"),
@@ -225,7 +266,10 @@ mod tests {
         );
         assert!(v.contains("off-CPU: tasks wait there"), "{v}");
         assert!(
-            v.contains("mostly in rwsem_down_read_slowpath ← down_read ← exit_mm (88% of"),
+            v.contains(
+                "They block mostly in rwsem_down_read_slowpath ← down_read ← exit_mm (88% of the \
+                 stage's blocked time)"
+            ),
             "{v}"
         );
     }
@@ -238,7 +282,7 @@ mod tests {
         let rows = [StageRow { stage: &mm, latency: &mm_l, share_of_exit: 0.9 }];
         let chain = ["unmap_vmas", "exit_mmap", "__mmput"].map(str::to_owned).to_vec();
         let on_cpu = OnCpuReport {
-            sampled: SampleCounts::default(),
+            sampled: JoinCounts::default(),
             stages: vec![StageOnCpu {
                 stage: mm.name.clone(),
                 samples: 40,
@@ -247,7 +291,7 @@ mod tests {
                 stacks: Vec::new(),
             }],
         };
-        let v = run_verdict(&exit, &rows, &[], &on_cpu);
+        let v = run_verdict(&exit, &rows, &BlockedReport::default(), &on_cpu);
         assert!(
             v.ends_with(
                 "100% of it on-CPU: the kernel computes there, mostly in unmap_vmas ← exit_mmap \

@@ -3,15 +3,18 @@
 
 use std::time::{Duration, Instant};
 
-use super::start::{Attached, Started, Stop};
+use super::{
+    record::{Kind, Recorder},
+    start::{Attached, Started, Stop},
+};
 use crate::{
-    analysis::session::Session,
+    analysis::{records::cgroup_of, session::Session},
+    base::signals::{Signals, signal_name},
+    groups::cgroupfs::CgroupTree,
     probes::{
         load::Probes,
-        maps::{self, RecordStream},
+        maps::{self, RecordStream, RunStart},
     },
-    report::progress::{self, Progress},
-    target::signals::{Signals, signal_name},
 };
 
 /// How often records are read from the ring buffers, unless one fills up first.
@@ -19,6 +22,36 @@ const READ_INTERVAL: Duration = Duration::from_millis(20);
 
 /// How long to wait, after the target ended, for its last exits to reach their final switch.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How often the progress is updated.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
+
+/// What a run shows while it collects: the presentation layer's progress line, or nothing.
+pub trait Progress {
+    /// Starts showing, once the probes are attached; `expected`: the exits to come, if known.
+    fn start(&mut self, expected: Option<u64>);
+    /// Whether anything is shown: nothing to update otherwise.
+    fn is_shown(&self) -> bool;
+    /// Shows `exits` so far.
+    fn update(&mut self, exits: u64);
+    /// Removes what is shown, before a message or the report.
+    fn finish(&self);
+}
+
+/// Nothing shown: the storms of a comparison.
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn start(&mut self, _: Option<u64>) {}
+
+    fn is_shown(&self) -> bool {
+        false
+    }
+
+    fn update(&mut self, _: u64) {}
+
+    fn finish(&self) {}
+}
 
 /// What collecting a target's records found.
 pub struct Collected {
@@ -34,26 +67,26 @@ pub struct Collected {
 /// Collects records until the target ends (or a signal stops exitprof's children), then until
 /// its last exits reach their final switch-out and the deferred work they caused has run.
 /// Without probes attached it only waits for the target.
+/// `attached` comes with the run it began ([`Attached::begin_run`]) before the target started.
+/// A `recorder` keeps each record as it is read.
 pub async fn collect_until(
     started: Started,
-    attached: Option<&mut Attached>,
+    attached: Option<(&mut Attached, RunStart)>,
     session: &mut Session,
+    mut recorder: Option<&mut Recorder>,
     signals: &mut Signals,
-    progress: &mut Progress,
+    progress: &mut dyn Progress,
 ) -> anyhow::Result<Collected> {
     let Started { mut stop, killer } = started;
     let begin = Instant::now();
-    let (mut probes, mut streams) = match attached {
-        Some(a) => {
+    let (mut probes, mut streams, run) = match attached {
+        Some((a, run)) => {
             let (probes, streams) = a.split();
-            (Some(probes), streams)
+            (Some(probes), streams, Some(run))
         }
-        None => (None, Streams::default()),
+        None => (None, Streams::default(), None),
     };
-    if let Some(probes) = probes.as_deref_mut() {
-        maps::set_stopped(&mut probes.ebpf, false)?;
-    }
-    let mut ticker = tokio::time::interval(progress::INTERVAL);
+    let mut ticker = tokio::time::interval(PROGRESS_INTERVAL);
     // Records do not wake exitprof one by one (that would put it on a CPU for every exit of the
     // storm it measures): they are read on this beat, or when a ring buffer fills up.
     let mut reads = tokio::time::interval(READ_INTERVAL);
@@ -61,10 +94,10 @@ pub async fn collect_until(
     let mut interrupted = None;
     let stop = loop {
         tokio::select! {
-            _ = reads.tick() => streams.drain(session),
+            _ = reads.tick() => streams.drain(&mut Reading::new(session, &mut recorder)),
             ready = streams.ready() => {
                 ready?;
-                streams.drain(session);
+                streams.drain(&mut Reading::new(session, &mut recorder));
             }
             stopped = &mut stop => break stopped?,
             signal = signals.next(), if interrupted.is_none() => {
@@ -79,7 +112,7 @@ pub async fn collect_until(
     };
     progress.finish();
     let elapsed = begin.elapsed();
-    let Some(probes) = probes.take() else {
+    let (Some(probes), Some(run)) = (probes.take(), run) else {
         return Ok(Collected { stop, interrupted, elapsed, unfinished: 0 });
     };
 
@@ -92,8 +125,8 @@ pub async fn collect_until(
         // Counted before the ring buffers are read: an exit that ends after the count is in
         // progress still; one that ended before it is in the ring buffer and read now. (Read
         // the other way round, a record sent in between was never read, and never counted.)
-        let in_progress = maps::in_progress(&probes.ebpf)?;
-        streams.drain(session);
+        let in_progress = maps::in_progress(&probes.ebpf, &run)?;
+        streams.drain(&mut Reading::new(session, &mut recorder));
         let settled = in_progress == 0
             && session.deferred.awaiting_task_free() == 0
             && !session.deferred.awaiting_ipc_run();
@@ -105,24 +138,60 @@ pub async fn collect_until(
     Ok(Collected { stop, interrupted, elapsed, unfinished })
 }
 
-/// What records are read into: a run's [`Session`], or what `serve` keeps.
+/// What records are read into: a run's [`Session`] (and its record file), or what `serve`
+/// keeps.
 pub trait RecordSink {
     fn exit_record(&mut self, bytes: &[u8]);
     fn deferred_record(&mut self, bytes: &[u8]);
-    fn sample_record(&mut self, bytes: &[u8]);
+    fn stack_record(&mut self, bytes: &[u8]);
+    /// A cgroup made or removed (or found in the cgroup tree, for an exit in a cgroup no record
+    /// named).
+    fn cgroup_record(&mut self, bytes: &[u8]);
+    /// Whether the path of cgroup `id` is known.
+    fn knows_cgroup(&self, id: u64) -> bool;
 }
 
-impl RecordSink for Session {
+/// A run's session, and the record file that keeps each record, if one is written.
+struct Reading<'a> {
+    session: &'a mut Session,
+    recorder: Option<&'a mut Recorder>,
+}
+
+impl<'a> Reading<'a> {
+    fn new(session: &'a mut Session, recorder: &'a mut Option<&mut Recorder>) -> Self {
+        Self { session, recorder: recorder.as_deref_mut() }
+    }
+
+    fn keep(&mut self, kind: Kind, bytes: &[u8]) {
+        if let Some(recorder) = self.recorder.as_deref_mut() {
+            recorder.keep(kind, bytes);
+        }
+    }
+}
+
+impl RecordSink for Reading<'_> {
     fn exit_record(&mut self, bytes: &[u8]) {
-        Session::exit_record(self, bytes);
+        self.keep(Kind::Exit, bytes);
+        self.session.exit_record(bytes);
     }
 
     fn deferred_record(&mut self, bytes: &[u8]) {
-        Session::deferred_record(self, bytes);
+        self.keep(Kind::Deferred, bytes);
+        self.session.deferred_record(bytes);
     }
 
-    fn sample_record(&mut self, bytes: &[u8]) {
-        Session::sample_record(self, bytes);
+    fn stack_record(&mut self, bytes: &[u8]) {
+        self.keep(Kind::Stack, bytes);
+        self.session.stack_record(bytes);
+    }
+
+    fn cgroup_record(&mut self, bytes: &[u8]) {
+        self.keep(Kind::Cgroup, bytes);
+        self.session.cgroup_record(bytes);
+    }
+
+    fn knows_cgroup(&self, id: u64) -> bool {
+        self.session.groups.as_ref().is_none_or(|g| g.cgroup_paths.knows(id))
     }
 }
 
@@ -131,7 +200,10 @@ impl RecordSink for Session {
 pub struct Streams<'a> {
     exits: Option<&'a mut RecordStream>,
     deferred: Option<&'a mut RecordStream>,
-    samples: Option<&'a mut RecordStream>,
+    stacks: Option<&'a mut RecordStream>,
+    cgroups: Option<&'a mut RecordStream>,
+    /// Where exits are grouped by cgroup: the tree, for the cgroups no record named.
+    cgroup_tree: Option<&'a mut CgroupTree>,
 }
 
 impl Attached {
@@ -140,23 +212,46 @@ impl Attached {
         let streams = Streams {
             exits: Some(&mut self.exits),
             deferred: Some(&mut self.deferred),
-            samples: Some(&mut self.samples),
+            stacks: Some(&mut self.stacks),
+            cgroups: Some(&mut self.cgroups),
+            cgroup_tree: self.cgroup_tree.as_mut(),
         };
         (&mut self.probes, streams)
     }
 }
 
 impl Streams<'_> {
-    /// Reads every record available now, exits first (a sample joins its exit's record).
+    /// Reads every record available now: cgroups first (an exit is named after its cgroup's
+    /// path), and again before an exit whose cgroup is not known yet; then exits (a stack joins
+    /// its exit's record).
     pub fn drain(&mut self, sink: &mut impl RecordSink) {
+        if let Some(cgroups) = self.cgroups.as_deref_mut() {
+            cgroups.drain(|b| sink.cgroup_record(b));
+        }
         if let Some(exits) = self.exits.as_deref_mut() {
-            exits.drain(|b| sink.exit_record(b));
+            let mut tree = self.cgroup_tree.as_deref_mut();
+            let mut cgroups = self.cgroups.as_deref_mut();
+            exits.drain(|b| {
+                if let Some(tree) = tree.as_deref_mut() {
+                    // A cgroup made since its ring buffer was read (and maybe removed already,
+                    // out of the tree): its record is there now.
+                    if cgroup_of(b).is_some_and(|id| !sink.knows_cgroup(id))
+                        && let Some(cgroups) = cgroups.as_deref_mut()
+                    {
+                        cgroups.drain(|c| sink.cgroup_record(c));
+                    }
+                    if let Some(found) = tree.record_of_unknown(b, |id| sink.knows_cgroup(id)) {
+                        sink.cgroup_record(&found);
+                    }
+                }
+                sink.exit_record(b);
+            });
         }
         if let Some(deferred) = self.deferred.as_deref_mut() {
             deferred.drain(|b| sink.deferred_record(b));
         }
-        if let Some(samples) = self.samples.as_deref_mut() {
-            samples.drain(|b| sink.sample_record(b));
+        if let Some(stacks) = self.stacks.as_deref_mut() {
+            stacks.drain(|b| sink.stack_record(b));
         }
     }
 
@@ -165,7 +260,7 @@ impl Streams<'_> {
         tokio::select! {
             ready = ready(self.exits.as_deref_mut()) => ready,
             ready = ready(self.deferred.as_deref_mut()) => ready,
-            ready = ready(self.samples.as_deref_mut()) => ready,
+            ready = ready(self.stacks.as_deref_mut()) => ready,
         }
     }
 }

@@ -1,44 +1,43 @@
 //! One profiled run, end to end: check the request, plan, attach, start or find the target
 //! (`start`), collect its records (`collect`), detach, and what exitprof spent doing it
-//! (`own_cost`).
+//! (`own_cost`); and a run kept in a file, and read back from it (`record`).
 //!
-//! It ties the other folders together; it must not import `cli` (`main.rs` hands it a
-//! [`RunRequest`]).
+//! It ties the lower folders together and returns a [`RunOutcome`]; it must not import `cli`
+//! (`main.rs` hands it a [`RunRequest`]), nor the presentation layer that renders the outcome
+//! (`present`, `report`, `export`, `diff`).
 
 pub mod collect;
 pub mod own_cost;
+pub mod record;
 pub mod start;
 
-use std::time::{Duration, SystemTime};
+use std::{
+    path::PathBuf,
+    time::{Duration, SystemTime},
+};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use self::{
-    collect::{Collected, collect_until},
+    collect::{Collected, Progress, collect_until},
     own_cost::{CostMeter, CpuTime, OwnCost},
+    record::{Recorder, selection::Selected},
     start::{Attached, Stop, bump_memlock, load_options, plan_for, preflight, prepare, start},
 };
 use crate::{
     analysis::{
-        blocking::{BlockedByStage, BlockedIn},
-        deferred::DeferredWork,
-        on_cpu::OnCpuReport,
-        probe_effect::ProbeEffect,
-        profile::Profile,
-        session::Session,
+        blocking::BlockedReport, deferred::DeferredWork, on_cpu::OnCpuReport,
+        probe_effect::ProbeEffect, profile::Profile, session::Session,
     },
-    export::ExportTarget,
+    base::signals::Signals,
+    groups::{GroupOptions, Groups},
+    kernel::kallsyms::Kallsyms,
     probes::{ProbeOptions, load::ProgramCost, maps::KernelLosses, plan::Plan},
-    report::progress::Progress,
-    target::{
+    profiled::{
         Target,
-        signals::Signals,
         workload::{ChildOutcome, Workload},
     },
 };
-
-/// Kernel stacks reported where exits blocked.
-pub const BLOCKED_IN_SHOWN: usize = 5;
 
 /// What one run is asked to do, read from the command line.
 pub struct RunRequest {
@@ -46,15 +45,19 @@ pub struct RunRequest {
     pub probes: ProbeOptions,
     /// How long to watch targets that do not end by themselves.
     pub duration: Option<Duration>,
-    /// The report goes out as one JSON document on stdout: no progress line, and a command's
-    /// own stdout goes to stderr.
+    /// The report goes out as one JSON document on stdout: a command's own stdout goes to
+    /// stderr.
     pub json: bool,
-    /// Files to write the results to.
-    pub exports: Vec<ExportTarget>,
     /// Size of the exit-record ring buffer; `None`: sized from the target.
     pub ringbuf_bytes: Option<u32>,
+    /// Slots for exits in progress; `None`: sized from the target.
+    pub exit_slots: Option<u32>,
     /// Have the kernel count the run time of exitprof's programs (--bpf-stats).
     pub bpf_stats: bool,
+    /// Keep the run in this file too (`exitprof record`).
+    pub record: Option<PathBuf>,
+    /// Split the exits by workload.
+    pub groups: Option<GroupOptions>,
 }
 
 /// Everything one run produced.
@@ -75,16 +78,13 @@ pub struct RunOutcome {
     /// For --rate: the fastest rate bursts of the storm's threads reached before attaching.
     pub burst_rate: Option<f64>,
     pub profile: Profile,
+    /// The exits by workload, where they were grouped.
+    pub groups: Option<Groups>,
     pub deferred: DeferredWork,
-    /// Where exits blocked, most blocked time first.
-    pub blocked_in: Vec<BlockedIn>,
-    /// Exits that blocked, and those whose stack of their longest block was walked.
-    pub blocked_exits: u64,
-    pub blocked_exits_walked: u64,
+    /// Where exits blocked, by stage and kernel stack, all their blocked time accounted for.
+    pub blocked: BlockedReport,
     /// Where exits computed: sampled kernel stacks by stage.
     pub on_cpu: OnCpuReport,
-    /// Where exits blocked, by stage and stack (for the flame graphs).
-    pub blocked_by_stage: Vec<BlockedByStage>,
     pub losses: Losses,
     /// With --bpf-stats: each program's runs and run time while the target ran.
     pub kernel_cost: Option<Vec<ProgramCost>>,
@@ -94,10 +94,12 @@ pub struct RunOutcome {
     pub interrupted: Option<i32>,
     /// What exitprof itself used, up to the end of the run.
     pub own_cost: OwnCost,
+    /// The exits it is made of, when not all of the run's (a view of a record).
+    pub selected: Option<Selected>,
 }
 
 /// What ended a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Ended {
     /// The workload's children ended.
@@ -134,7 +136,7 @@ impl Losses {
     }
 
     /// Every cause: (JSON key, what it means, count).
-    pub fn by_cause(&self) -> [(&'static str, &'static str, u64); 11] {
+    pub fn by_cause(&self) -> [(&'static str, &'static str, u64); 15] {
         [
             ("ringbuf_full", "ring buffer full", self.kernel.ringbuf_full),
             ("state_map_full", "no free exit slot", self.kernel.state_map_full),
@@ -143,7 +145,7 @@ impl Losses {
             ("unfinished", "unfinished", self.unfinished),
             ("hits", "probe hits over the per-exit limit", self.hits),
             ("probe_misses", "probe hits missed by the kernel", self.probe_misses),
-            ("follow_unknown", "tasks not known to be followed", self.kernel.follow_unknown),
+            ("follow_unknown", "exits not known to be followed", self.kernel.follow_unknown),
             (
                 "deferred_ringbuf_full",
                 "deferred-work records dropped",
@@ -151,55 +153,156 @@ impl Losses {
             ),
             ("deferred_state_full", "deferred work not noted", self.kernel.deferred_state_full),
             ("samples_lost", "on-CPU samples dropped", self.kernel.samples_lost),
+            ("block_stacks_lost", "block stacks dropped", self.kernel.block_stacks_lost),
+            (
+                "refusals_forgotten",
+                "lost exits perhaps counted twice",
+                self.kernel.refusals_forgotten,
+            ),
+            (
+                "marks_not_passed",
+                "processes not followed through an exec",
+                self.kernel.marks_not_passed,
+            ),
+            ("cgroup_names_lost", "cgroups left unnamed", self.kernel.cgroup_names_lost),
         ]
     }
 }
 
-/// Profiles one run.
-pub async fn run(request: &RunRequest) -> anyhow::Result<RunOutcome> {
+/// What a run set out to do, known before its first record.
+pub struct RunSetup {
+    pub plan: Plan,
+    pub target: Target,
+    pub duration: Option<Duration>,
+    pub expected_exits: Option<u64>,
+    pub burst_rate: Option<f64>,
+    pub started_at: SystemTime,
+    /// The run's number, which its exit records carry.
+    pub epoch: u32,
+    /// How its exits are split by workload, if they are.
+    pub groups: Option<GroupOptions>,
+}
+
+/// How a run ended: what its records do not say.
+pub struct RunEnd {
+    pub child: Option<ChildOutcome>,
+    pub elapsed: Duration,
+    pub ended: Ended,
+    pub kernel_losses: KernelLosses,
+    pub probe_misses: u64,
+    pub unfinished: u64,
+    pub kernel_cost: Option<Vec<ProgramCost>>,
+    pub interrupted: Option<i32>,
+}
+
+impl RunOutcome {
+    /// The outcome of a run whose records `session` folded, once no record is to come; its
+    /// kernel stacks are named with `symbols`. exitprof's `own_cost` is taken last: naming can
+    /// read the whole of kallsyms, part of what a run costs.
+    pub fn of(
+        setup: RunSetup,
+        mut session: Session,
+        end: RunEnd,
+        symbols: &Kallsyms,
+        own_cost: impl FnOnce() -> OwnCost,
+    ) -> Self {
+        session.stacks.finish();
+        let on_cpu = OnCpuReport::of(&session.stacks, &session.profile, symbols);
+        let blocked =
+            BlockedReport::of(session.blocking, &session.stacks, &session.profile, symbols);
+        let probe_effect = end
+            .kernel_cost
+            .as_deref()
+            .map(|costs| session.probe_runs.effect(&session.profile, costs));
+        let Session { profile, deferred, undecodable, groups, .. } = session;
+        let losses = Losses {
+            kernel: end.kernel_losses,
+            undecodable,
+            unfinished: end.unfinished,
+            hits: profile.lost_hits,
+            probe_misses: end.probe_misses,
+        };
+        let RunSetup { plan, target, duration, expected_exits, burst_rate, started_at, .. } = setup;
+        Self {
+            plan,
+            target,
+            duration,
+            expected_exits,
+            child: end.child,
+            elapsed: end.elapsed,
+            started_at,
+            ended: end.ended,
+            burst_rate,
+            profile,
+            groups,
+            deferred,
+            blocked,
+            on_cpu,
+            losses,
+            kernel_cost: end.kernel_cost,
+            probe_effect,
+            interrupted: end.interrupted,
+            own_cost: own_cost(),
+            selected: None,
+        }
+    }
+}
+
+/// Profiles one run, showing how it goes on `progress`.
+pub async fn run(request: &RunRequest, progress: &mut dyn Progress) -> anyhow::Result<RunOutcome> {
     // First: a signal while exitprof loads must not kill it with a workload waiting at its
     // gate and probes half attached; it ends the run by the normal path as soon as it starts.
     let mut signals = Signals::new()?;
     let target = &request.target;
     let (prepared, burst_rate) = prepare(target)?;
-    preflight(&request.exports)?;
+    preflight()?;
+    if let Some(path) = &request.record {
+        record::check_writable(path)?;
+    }
     bump_memlock();
     let (facts, plan) = plan_for(target, request.probes)?;
     let mut attached = Attached::new(&plan, &facts, load_options(&prepared, request))?;
 
-    let mut session = Session::new(&plan);
-    let started_at = SystemTime::now();
+    let mut session = Session::new(&plan, request.groups);
+    let run = attached.begin_run()?;
+    session.begin_run(run.epoch);
     let expected_exits = match target {
         Target::Storm(storm) => Workload::Storm(*storm).expected_exits(),
         _ => None,
     };
-    let mut progress = Progress::new(expected_exits, !request.json);
+    let setup = RunSetup {
+        plan,
+        target: target.clone(),
+        duration: request.duration,
+        expected_exits,
+        burst_rate,
+        started_at: SystemTime::now(),
+        epoch: run.epoch,
+        groups: request.groups,
+    };
+    let mut recorder =
+        request.record.as_deref().map(|path| Recorder::create(path, &setup)).transpose()?;
+    progress.start(expected_exits);
     let cost_meter = request.bpf_stats.then(|| CostMeter::start(&attached.probes)).transpose()?;
     let cpu_before = CpuTime::now();
     let started =
         start(prepared, target, request.duration, request.json, Some(&mut attached.probes.ebpf))?;
-    let collected =
-        collect_until(started, Some(&mut attached), &mut session, &mut signals, &mut progress)
-            .await?;
+    let collected = collect_until(
+        started,
+        Some((&mut attached, run)),
+        &mut session,
+        recorder.as_mut(),
+        &mut signals,
+        progress,
+    )
+    .await?;
     let collecting = CpuTime::now().since(cpu_before);
     let kernel_cost = cost_meter.map(|meter| meter.stop(&attached.probes)).transpose()?;
-    let (kernel, probe_misses) = attached.kernel_losses()?;
+    let (kernel_losses, probe_misses) = attached.kernel_losses()?;
     let symbols = attached.symbols.clone();
     attached.detach();
 
     let Collected { stop, interrupted, elapsed, unfinished } = collected;
-    // Named once the probes and their ring buffers are gone: naming reads the whole of kallsyms.
-    session.blocking.name_stacks(|ip| symbols.name_of(ip).unwrap_or("?").to_owned());
-    let blocked_in = session.blocking.report(BLOCKED_IN_SHOWN);
-    let (blocked_exits, blocked_exits_walked) =
-        (session.blocking.blocked_exits, session.blocking.walked_exits);
-    session.on_cpu.finish();
-    let on_cpu = session.on_cpu.report(&session.profile, &symbols);
-    let blocked_by_stage = session.blocking.by_stage(&session.profile, &symbols);
-    let probe_effect =
-        kernel_cost.as_deref().map(|costs| session.probe_runs.effect(&session.profile, costs));
-    let Session { profile, deferred, undecodable, .. } = session;
-    let losses = Losses { kernel, undecodable, unfinished, hits: profile.lost_hits, probe_misses };
     let (elapsed, child, ended) = match stop {
         // Reaped after exitprof killed it on a signal.
         Stop::Reaped(child) if interrupted.is_some() => (child.elapsed, Some(child), Ended::Signal),
@@ -208,29 +311,24 @@ pub async fn run(request: &RunRequest) -> anyhow::Result<RunOutcome> {
         Stop::Elapsed => (elapsed, None, Ended::Duration),
         Stop::Signal => (elapsed, None, Ended::Signal),
     };
-    Ok(RunOutcome {
-        plan,
-        target: target.clone(),
-        duration: request.duration,
-        expected_exits,
+    let end = RunEnd {
         child,
         elapsed,
-        started_at,
         ended,
-        burst_rate,
-        profile,
-        deferred,
-        blocked_in,
-        blocked_exits,
-        blocked_exits_walked,
-        on_cpu,
-        blocked_by_stage,
-        losses,
+        kernel_losses,
+        probe_misses,
+        unfinished,
         kernel_cost,
-        probe_effect,
         interrupted,
-        own_cost: OwnCost::now(collecting),
-    })
+    };
+    // Named once the probes and their ring buffers are gone: naming reads the whole of kallsyms.
+    // The record keeps the symbols of the stacks, found before the session goes into the outcome.
+    let recorder = recorder.map(|r| (r, symbols.symbols_of(session.stacks.addresses())));
+    let outcome = RunOutcome::of(setup, session, end, &symbols, || OwnCost::now(collecting));
+    if let Some((recorder, stack_symbols)) = recorder {
+        recorder.finish(&outcome, stack_symbols)?;
+    }
+    Ok(outcome)
 }
 
 #[cfg(test)]

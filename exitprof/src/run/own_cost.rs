@@ -4,12 +4,12 @@
 use std::os::fd::OwnedFd;
 
 use anyhow::Context as _;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::probes::load::{Probes, ProgramCost};
 
 /// exitprof's own use of the machine so far.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct OwnCost {
     /// CPU time of all of exitprof's threads, in seconds.
     #[serde(flatten)]
@@ -31,7 +31,11 @@ impl OwnCost {
 }
 
 /// User and system CPU time of exitprof's threads (`getrusage(RUSAGE_SELF)`), in seconds.
-#[derive(Clone, Copy, Debug, Default, Serialize)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+#[expect(
+    clippy::unsafe_derive_deserialize,
+    reason = "the unsafe is getrusage filling a local; two seconds figures have no invariant"
+)]
 pub struct CpuTime {
     pub user_s: f64,
     pub sys_s: f64,

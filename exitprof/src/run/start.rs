@@ -12,39 +12,34 @@ use anyhow::Context as _;
 use exitprof_common::{names, sizes::COMM_LEN, task};
 
 use crate::{
-    export::{self, ExportTarget},
+    base::{UsageError, pidfd::PidFd},
+    groups::{GroupBy, cgroupfs::CgroupTree},
     kernel::{KernelFacts, kallsyms::Kallsyms, tracefs},
     probes::{
         ProbeOptions,
         load::{self, LoadOptions, Probes},
-        maps::{self, KernelLosses, RecordStream},
+        maps::{self, KernelLosses, RecordStream, RunStart},
         plan::{AttachMode, Plan, Planned, Wants},
         privileges,
     },
-    run::RunRequest,
-    target::{
-        Storm, Target, UsageError,
-        pidfd::PidFd,
-        watch,
+    profiled::{
+        Storm, Target, watch,
         workload::{
             self, ChildOutcome, Killer, Workload,
             limits::{self, SystemLimits},
             threads,
         },
     },
+    run::RunRequest,
 };
 
 /// Most threads in one burst when measuring how fast this machine can run a storm.
 const BURST_THREADS: u32 = 1000;
 
-/// Checks everything that can be checked before loading anything, export paths included: a run
-/// must not be lost to a file it cannot write at the end.
-pub fn preflight(exports: &[ExportTarget]) -> anyhow::Result<()> {
+/// Checks what can be checked before loading anything: the eBPF object and the privileges.
+pub fn preflight() -> anyhow::Result<()> {
     load::ensure_object_embedded()?;
     privileges::check()?;
-    for target in exports {
-        export::check_writable(&target.path)?;
-    }
     Ok(())
 }
 
@@ -157,8 +152,12 @@ pub fn plan_for(target: &Target, probes: ProbeOptions) -> anyhow::Result<(Kernel
         // for the storm that makes them.
         ipc_frees_via_kfree: matches!(target, Target::Storm(Storm::Ipcns(_))),
         syscall_tracepoints: probes.syscall_tracepoints.unwrap_or(driven),
+        group_by: probes.group_by,
         unusable_symbols: false,
     };
+    if probes.group_by == Some(GroupBy::Cgroup) {
+        CgroupTree::mounted().map_err(|e| UsageError(e.to_string()))?;
+    }
     let (facts, plan) = plan(probes.attach, wants)?;
     let plan = plan.with_points(probes.points);
     describe_attach(&plan.points);
@@ -170,9 +169,14 @@ pub struct Attached {
     pub probes: Probes,
     pub(super) exits: RecordStream,
     pub(super) deferred: RecordStream,
-    pub(super) samples: RecordStream,
+    pub(super) stacks: RecordStream,
+    pub(super) cgroups: RecordStream,
+    /// Where exits are grouped by cgroup: the tree, for the cgroups made before the run.
+    pub(super) cgroup_tree: Option<CgroupTree>,
     /// Names the kernel stacks the programs take.
     pub(super) symbols: Arc<Kallsyms>,
+    /// The number of the last run begun.
+    epoch: u32,
 }
 
 impl Attached {
@@ -183,8 +187,26 @@ impl Attached {
         maps::track(&probes.ebpf, &[std::process::id()], task::EXCLUDED)?;
         let exits = RecordStream::take(&mut probes.ebpf, names::maps::EXITS)?;
         let deferred = RecordStream::take(&mut probes.ebpf, names::maps::DEFERRED)?;
-        let samples = RecordStream::take(&mut probes.ebpf, names::maps::SAMPLES)?;
-        Ok(Self { probes, exits, deferred, samples, symbols: facts.kallsyms.clone() })
+        let stacks = RecordStream::take(&mut probes.ebpf, names::maps::STACKS)?;
+        let cgroups = RecordStream::take(&mut probes.ebpf, names::maps::CGROUPS)?;
+        let cgroup_tree = plan.names_cgroups().then(CgroupTree::mounted).transpose()?;
+        Ok(Self {
+            probes,
+            exits,
+            deferred,
+            stacks,
+            cgroups,
+            cgroup_tree,
+            symbols: facts.kallsyms.clone(),
+            epoch: 0,
+        })
+    }
+
+    /// Begins the next run: its exits are opened from now on, and carry its number. Before the
+    /// target starts, so that none of its exits comes before.
+    pub fn begin_run(&mut self) -> anyhow::Result<RunStart> {
+        self.epoch += 1;
+        maps::begin_run(&mut self.probes.ebpf, self.epoch)
     }
 
     /// What the kernel side lost so far.
@@ -244,10 +266,8 @@ pub fn load_options(prepared: &Prepared, request: &RunRequest) -> LoadOptions {
             _ => [0; COMM_LEN],
         },
         ringbuf_bytes: request.ringbuf_bytes.unwrap_or_else(|| ringbuf_bytes_for(prepared)),
-        exit_slots: exit_slots_for(prepared),
-        kretprobe_maxactive: request.probes.kretprobe_maxactive,
-        block_stacks: request.probes.block_stacks,
-        sample_hz: request.probes.sample_hz,
+        exit_slots: request.exit_slots.unwrap_or_else(|| exit_slots_for(prepared)),
+        probes: request.probes,
     }
 }
 

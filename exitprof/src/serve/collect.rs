@@ -8,17 +8,14 @@ use tokio::{sync::watch, time::MissedTickBehavior};
 use super::metrics::Snapshot;
 use crate::{
     analysis::{profile::Profile, records::Exit},
-    probes::{
-        load::Probes,
-        maps::{self, KernelLosses},
-        plan::Plan,
-    },
+    base::signals::Signals,
+    groups::{GroupOptions, Groups},
+    probes::{load::Probes, maps::KernelLosses, plan::Plan},
     run::{
         Losses,
         collect::RecordSink,
         start::{Attached, Stop},
     },
-    target::signals::Signals,
 };
 
 /// How often records are read, unless a ring buffer a quarter full wakes serve first. Longer
@@ -37,9 +34,11 @@ pub enum Ended {
     TargetExited,
 }
 
-/// What serve keeps of the records: the exits' histograms, fixed in size.
+/// What serve keeps of the records: the exits' histograms, fixed in size, and their groups',
+/// bounded in number.
 struct Folded {
     profile: Profile,
+    groups: Option<Groups>,
     undecodable: u64,
 }
 
@@ -47,7 +46,10 @@ impl RecordSink for Folded {
     fn exit_record(&mut self, bytes: &[u8]) {
         match Exit::decode(bytes) {
             Ok(exit) => {
-                self.profile.add(&exit);
+                let spans = self.profile.add(&exit);
+                if let Some(groups) = &mut self.groups {
+                    groups.add(&exit, &self.profile, &spans);
+                }
             }
             Err(e) => {
                 self.undecodable += 1;
@@ -56,12 +58,22 @@ impl RecordSink for Folded {
         }
     }
 
-    /// Deferred work is not served (its joins keep exits in flight): its records are read, so
-    /// that their ring buffer does not fill and count losses, and dropped.
+    /// Deferred work is not served (its joins keep exits in flight): its probes are not
+    /// attached (`--points stages`), and no record comes.
     fn deferred_record(&mut self, _: &[u8]) {}
 
-    /// Sampling is off in serve: no sample comes.
-    fn sample_record(&mut self, _: &[u8]) {}
+    /// Sampling and block stacks are off in serve: no stack comes.
+    fn stack_record(&mut self, _: &[u8]) {}
+
+    fn cgroup_record(&mut self, bytes: &[u8]) {
+        if let Some(groups) = &mut self.groups {
+            groups.cgroup_paths.record(bytes);
+        }
+    }
+
+    fn knows_cgroup(&self, id: u64) -> bool {
+        self.groups.as_ref().is_none_or(|g| g.cgroup_paths.knows(id))
+    }
 }
 
 impl Folded {
@@ -77,17 +89,26 @@ impl Folded {
     }
 }
 
+/// The kernel's monotonic clock, which exit records' times are in.
+fn monotonic_now_ns() -> u64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid clock id and a pointer to a timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
 /// Collects until a signal (or the `--pid` process's exit), publishing snapshots as it goes.
 pub async fn collect(
     attached: &mut Attached,
     plan: &Plan,
+    groups: Option<GroupOptions>,
     mut stop: Pin<Box<dyn Future<Output = anyhow::Result<Stop>>>>,
     signals: &mut Signals,
     publish: &watch::Sender<Arc<Snapshot>>,
 ) -> anyhow::Result<Ended> {
     let (probes, mut streams) = attached.split();
-    maps::set_stopped(&mut probes.ebpf, false)?;
-    let mut folded = Folded { profile: Profile::new(plan), undecodable: 0 };
+    let mut folded =
+        Folded { profile: Profile::new(plan), groups: groups.map(Groups::new), undecodable: 0 };
     let mut reads = tokio::time::interval(READ_INTERVAL);
     reads.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut publishes = tokio::time::interval(PUBLISH_INTERVAL);
@@ -103,9 +124,11 @@ pub async fn collect(
             }
             _ = publishes.tick() => {
                 let losses = folded.losses(probes)?;
+                let expired = folded.groups.as_mut().map(|g| g.expire(monotonic_now_ns()));
                 let state = (folded.profile.exits, losses.by_cause().map(|(_, _, n)| n));
-                if published.as_ref() != Some(&state) {
-                    publish.send_replace(Arc::new(Snapshot::take(&folded.profile, losses)));
+                if published.as_ref() != Some(&state) || expired.is_some_and(|n| n > 0) {
+                    let snapshot = Snapshot::take(&folded.profile, folded.groups.as_ref(), losses);
+                    publish.send_replace(Arc::new(snapshot));
                     published = Some(state);
                 }
             }

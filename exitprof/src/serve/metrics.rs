@@ -3,8 +3,9 @@
 //! own CPU time and memory read at the scrape.
 
 use crate::{
-    analysis::{profile::Profile, records::ExitKind},
-    export::prom::{FixedBuckets, LATENCY, LOSSES, LOSSES_HELP, TextFormat, Writer},
+    analysis::{fixed_buckets::FixedBuckets, profile::Profile, records::ExitKind},
+    export::prom::{LATENCY, LOSSES, LOSSES_HELP, TextFormat, Writer},
+    groups::Groups,
     run::{Losses, own_cost},
 };
 
@@ -13,26 +14,56 @@ pub struct Snapshot {
     pub series: Vec<StageSeries>,
     pub exits_recorded: u64,
     pub losses: Losses,
+    /// Where exits are grouped: the groups kept, the exits that went to `other` past the bound,
+    /// and the groups dropped after their time to live.
+    pub groups: Option<GroupCounts>,
 }
 
-/// One stage's histogram for one kind of exit.
+pub struct GroupCounts {
+    pub kept: usize,
+    pub overflowed: u64,
+    pub expired: u64,
+}
+
+/// One stage's histogram for one kind of exit (of one group, where exits are grouped).
 pub struct StageSeries {
     pub kind: ExitKind,
     pub stage: String,
+    pub group: Option<String>,
     pub buckets: FixedBuckets,
 }
 
 impl Snapshot {
-    pub fn take(profile: &Profile, losses: Losses) -> Self {
-        let series = profile
-            .latencies_by_kind()
-            .map(|(kind, stage, latency)| StageSeries {
-                kind,
-                stage: stage.to_owned(),
-                buckets: FixedBuckets::of(&latency.hist, latency.total_ns),
-            })
-            .collect();
-        Self { series, exits_recorded: profile.exits, losses }
+    /// The series of the whole machine's exits, or, where they are grouped, of each group's.
+    pub fn take(profile: &Profile, groups: Option<&Groups>, losses: Losses) -> Self {
+        let series = match groups {
+            None => profile
+                .latencies_by_kind()
+                .map(|s| StageSeries {
+                    kind: s.kind,
+                    stage: s.stage.into_owned(),
+                    group: None,
+                    buckets: FixedBuckets::of(&s.latency.hist, s.latency.total_ns),
+                })
+                .collect(),
+            Some(groups) => groups
+                .iter()
+                .flat_map(|(name, group)| {
+                    group.series.iter().map(move |((kind, stage), buckets)| StageSeries {
+                        kind: *kind,
+                        stage: stage.clone(),
+                        group: Some(name.to_owned()),
+                        buckets: buckets.clone(),
+                    })
+                })
+                .collect(),
+        };
+        let groups = groups.map(|g| GroupCounts {
+            kept: g.len(),
+            overflowed: g.overflowed,
+            expired: g.expired,
+        });
+        Self { series, exits_recorded: profile.exits, losses, groups }
     }
 }
 
@@ -50,12 +81,15 @@ pub fn render(snapshot: &Snapshot, labels: &Labels, format: TextFormat) -> Vec<u
         LATENCY,
         "histogram",
         "Time exiting tasks spent in each stage of their exit since exitprof started, by kind \
-         (thread: a thread of a process that lives on; process: its last thread); stage exit is \
-         the whole exit.",
+         (thread: a thread of a process that lives on; process: its last thread; unknown: not \
+         told apart on this kernel); stage exit is the whole exit from its first instant, \
+         exit_from_<point> the whole exits timed from a later point (no start probe covered \
+         their path).",
     );
     for series in &snapshot.series {
         let mut series_labels =
             vec![("stage", series.stage.clone()), ("kind", series.kind.name().to_owned())];
+        series_labels.extend(series.group.clone().map(|group| ("group", group)));
         series_labels.extend(common.iter().cloned());
         out.histogram(LATENCY, &series_labels, &series.buckets);
     }
@@ -68,6 +102,32 @@ pub fn render(snapshot: &Snapshot, labels: &Labels, format: TextFormat) -> Vec<u
     out.family(LOSSES, "counter", LOSSES_HELP);
     for (cause, _, n) in snapshot.losses.by_cause() {
         out.sample(LOSSES, &common, &[("cause", cause)], n);
+    }
+    if let Some(groups) = &snapshot.groups {
+        let families = [
+            (
+                "exitprof_groups",
+                "gauge",
+                "Groups of exits with series now (at most --max-groups and other).",
+                groups.kept as u64,
+            ),
+            (
+                "exitprof_group_overflow_exits_total",
+                "counter",
+                "Exits counted under group \"other\": --max-groups groups were there already.",
+                groups.overflowed,
+            ),
+            (
+                "exitprof_groups_expired_total",
+                "counter",
+                "Groups dropped, their series with them, after --group-ttl without an exit.",
+                groups.expired,
+            ),
+        ];
+        for (name, kind, help, value) in families {
+            out.family(name, kind, help);
+            out.sample(name, &common, &[], value);
+        }
     }
 
     let cpu = own_cost::CpuTime::now();
@@ -97,16 +157,21 @@ mod tests {
         for ns in [900, 4_000, 7_000, 7_500, 30_000] {
             latency.record(ns, 0);
         }
-        let series = [(ExitKind::Thread, "exit"), (ExitKind::Process, "exit_mm")]
-            .map(|(kind, stage)| StageSeries {
-                kind,
-                stage: stage.to_owned(),
-                buckets: FixedBuckets::of(&latency.hist, latency.total_ns),
-            })
-            .into();
+        let series = [
+            (ExitKind::Thread, "exit", Some("other")),
+            (ExitKind::Process, "exit_mm", Some("system.slice/a \"b\".service")),
+        ]
+        .map(|(kind, stage, group)| StageSeries {
+            kind,
+            stage: stage.to_owned(),
+            group: group.map(str::to_owned),
+            buckets: FixedBuckets::of(&latency.hist, latency.total_ns),
+        })
+        .into();
         let mut losses = Losses { undecodable: 2, ..Losses::default() };
         losses.kernel.ringbuf_full = 3;
-        Snapshot { series, exits_recorded: 5, losses }
+        let groups = Some(GroupCounts { kept: 1, overflowed: 4, expired: 6 });
+        Snapshot { series, exits_recorded: 5, losses, groups }
     }
 
     /// Both formats parse, with every family typed and every sample labelled as served.
@@ -167,7 +232,9 @@ mod tests {
             panic!("not a counter")
         };
         assert_eq!(c.value.as_f64(), 5.0, "ring buffer full and undecodable");
-        assert_eq!(counter("exitprof_losses").iter_samples().count(), 11);
+        let causes = Losses::default().by_cause().len();
+        assert_eq!(counter("exitprof_losses").iter_samples().count(), causes);
+        assert_eq!(counter("exitprof_group_overflow_exits").iter_samples().count(), 1);
         assert_eq!(counter("process_cpu_seconds").iter_samples().count(), 1);
         let rss = &exposition.families["process_resident_memory_bytes"];
         assert_eq!(rss.family_type, PrometheusType::Gauge);

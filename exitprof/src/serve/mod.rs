@@ -12,7 +12,7 @@ mod collect;
 mod http;
 mod metrics;
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use tokio::{net::TcpListener, sync::watch};
@@ -23,14 +23,13 @@ use self::{
 };
 use crate::{
     analysis::profile::Profile,
+    base::signals::{Signals, signal_name},
+    groups::{GroupOptions, Groups},
     probes::ProbeOptions,
+    profiled::Target,
     run::{
         Losses, RunRequest,
         start::{Attached, bump_memlock, load_options, plan_for, preflight, prepare, start},
-    },
-    target::{
-        Target,
-        signals::{Signals, signal_name},
     },
 };
 
@@ -46,7 +45,12 @@ pub struct ServeRequest {
     pub listen: SocketAddr,
     /// Size of the exit-record ring buffer; `None`: as for watching.
     pub ringbuf_bytes: Option<u32>,
+    /// Split the exits by workload, each group a label of the series.
+    pub groups: Option<GroupOptions>,
 }
+
+/// How long a group of exits keeps its series without an exit, by default.
+pub const GROUP_TTL: Duration = Duration::from_secs(600);
 
 /// Serves until SIGINT or SIGTERM (or, with `--pid`, until the process exits), then detaches.
 pub fn serve(request: ServeRequest) -> anyhow::Result<()> {
@@ -60,19 +64,21 @@ pub fn serve(request: ServeRequest) -> anyhow::Result<()> {
 async fn run(request: ServeRequest) -> anyhow::Result<()> {
     // First, as in a run: a signal while loading ends serve by the normal path.
     let mut signals = Signals::new()?;
-    let ServeRequest { target, probes, listen, ringbuf_bytes } = request;
+    let ServeRequest { target, probes, listen, ringbuf_bytes, groups } = request;
     let run = RunRequest {
         target,
         // Sampling and block stacks feed tables that grow with the stacks seen: not in serve.
         probes: ProbeOptions { block_stacks: false, sample_hz: 0, ..probes },
         duration: None,
         json: false,
-        exports: Vec::new(),
         ringbuf_bytes,
+        exit_slots: None,
         bpf_stats: false,
+        record: None,
+        groups,
     };
     let (prepared, _) = prepare(&run.target)?;
-    preflight(&[])?;
+    preflight()?;
     // Before anything is loaded: an address in use is the first thing a second instance meets.
     let listener =
         TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
@@ -81,15 +87,20 @@ async fn run(request: ServeRequest) -> anyhow::Result<()> {
     let mut attached = Attached::new(&plan, &facts, load_options(&prepared, &run))?;
     let labels = Arc::new(Labels { kernel: plan.kernel.clone(), attach: plan.mode.to_string() });
     // The whole exit's series, at zero, from the first scrape on: a rate over a window that
-    // starts before the first exit then counts every exit.
-    let empty = Snapshot::take(&Profile::new(&plan), Losses::default());
+    // starts before the first exit then counts every exit. Where exits are grouped, no group
+    // has series before its first exit, and the groups' counters start at zero.
+    let no_groups = groups.map(Groups::new);
+    let empty = Snapshot::take(&Profile::new(&plan), no_groups.as_ref(), Losses::default());
     let (publish, snapshots) = watch::channel(Arc::new(empty));
+    // Serve is one run, for as long as it serves.
+    attached.begin_run()?;
     let started = start(prepared, &run.target, None, true, Some(&mut attached.probes.ebpf))?;
     // Served once the target is watched: an answer from /healthz means collecting.
     let server = tokio::spawn(http::serve(listener, http::router(snapshots, labels)));
     eprintln!("exitprof: serving metrics on http://{listen}/metrics");
 
-    let ended = collect::collect(&mut attached, &plan, started.stop, &mut signals, &publish).await;
+    let ended =
+        collect::collect(&mut attached, &plan, groups, started.stop, &mut signals, &publish).await;
     server.abort();
     attached.detach();
     match ended? {

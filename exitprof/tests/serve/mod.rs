@@ -1,13 +1,18 @@
 //! `exitprof serve` against real scrapers: Debian's Prometheus, whose view of a storm's median
-//! exit must agree with exitprof's own report; 50 concurrent scrapers; 2M exits in one serve,
-//! with its memory flat; and its HTTP edges and its end on a signal.
+//! exit must agree with exitprof's own report, and which sees each cgroup's exits in its group;
+//! 50 concurrent scrapers; 2M exits in one serve, with its memory flat; 5,000 short-lived
+//! cgroups under `--group-by cgroup` (`churn`); its HTTP edges and its end on a signal; and the
+//! Grafana dashboard that charts it.
 
+mod churn;
+mod dashboard;
 mod prometheus;
 mod served;
 
 use std::{
     io::{Read as _, Write as _},
     net::TcpStream,
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -17,7 +22,9 @@ use self::{
     prometheus::Prometheus,
     served::{Served, exchange, named_storm},
 };
-use crate::support::{BpfIds, KilledOnDrop, Watcher, assert_unloaded, num, require_root};
+use crate::support::{
+    BpfIds, KilledOnDrop, Watcher, assert_unloaded, cgroups::TestCgroups, num, require_root,
+};
 
 /// The fixed bucket bounds of exitprof_exit_stage_latency_seconds, in ns: 1-2-5 per decade from
 /// 100 ns to 10 s.
@@ -47,8 +54,11 @@ fn prometheus_sees_the_median_exitprof_reports() {
     let served = Served::start(dir.path(), &["--comm", &name]);
     let prometheus = Prometheus::start(dir.path(), served.addr);
     // Scraped, with the whole exit's series at zero before the storm: rate() then counts all of
-    // the storm's exits.
-    prometheus.wait_for(r#"exitprof_exits_recorded_total{job="exitprof"}"#, |v| v == 0.0);
+    // the storm's exits (a series that first appears with exits in it loses them from rate()).
+    let whole_series = format!(
+        r#"count(exitprof_exit_stage_latency_seconds_count{{stage=~"{WHOLE_EXIT}"}} == 0)"#
+    );
+    let at_zero = prometheus.wait_for(&whole_series, |n| n > 0.0);
 
     // The same exits measured by a one-shot run watching them beside serve, with the programs
     // serve runs (no block stack walks, no samples).
@@ -68,9 +78,16 @@ fn prometheus_sees_the_median_exitprof_reports() {
 
     let served_all = r#"exitprof_exits_recorded_total{job="exitprof"}"#;
     prometheus.wait_for(served_all, |v| v == recorded);
+    let served_whole =
+        format!(r#"count(exitprof_exit_stage_latency_seconds_count{{stage=~"{WHOLE_EXIT}"}})"#);
+    assert_eq!(
+        prometheus.query(&served_whole),
+        Some(at_zero),
+        "every series of the whole exit was served at zero before the storm"
+    );
     let window = storm_start.elapsed().as_secs() + 10;
     let promql = format!(
-        r#"histogram_quantile(0.5, sum by (le) (rate(exitprof_exit_stage_latency_seconds_bucket{{stage="exit"}}[{window}s])))"#
+        r#"histogram_quantile(0.5, sum by (le) (rate(exitprof_exit_stage_latency_seconds_bucket{{stage=~"{WHOLE_EXIT}"}}[{window}s])))"#
     );
     let median_ns = prometheus.query(&promql).expect("a median from prometheus") * 1e9;
 
@@ -91,7 +108,9 @@ fn prometheus_sees_the_median_exitprof_reports() {
     // programs partly inside, so their timings differ by about the difference of their means.
     let served_mean_ns = prometheus
         .query(
-            r#"sum(exitprof_exit_stage_latency_seconds_sum{stage="exit"}) / sum(exitprof_exit_stage_latency_seconds_count{stage="exit"})"#,
+            &format!(
+                r#"sum(exitprof_exit_stage_latency_seconds_sum{{stage=~"{WHOLE_EXIT}"}}) / sum(exitprof_exit_stage_latency_seconds_count{{stage=~"{WHOLE_EXIT}"}})"#
+            ),
         )
         .expect("a mean from prometheus")
         * 1e9;
@@ -115,14 +134,83 @@ fn prometheus_sees_the_median_exitprof_reports() {
     );
 }
 
+/// Processes run in each of two cgroups: different numbers, which tell their groups apart
+/// whatever the groups are named.
+const IN_A: usize = 30;
+const IN_B: usize = 70;
+
+#[test]
+fn prometheus_sees_each_cgroups_exits_in_its_group() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let name = task_name("g");
+    // Each process is /bin/true under the watched name: one exit each.
+    let program = dir.path().join(&name);
+    std::fs::copy("/bin/true", &program).expect("copying /bin/true");
+    let cgroups = TestCgroups::new("groups");
+    let served = Served::start(dir.path(), &["--comm", &name, "--group-by", "cgroup"]);
+    // Before any exit: no group, no series, and the groups' counters at zero.
+    let before = served.get("/metrics", None).body;
+    let outside = before
+        .lines()
+        .filter(|l| l.starts_with("exitprof_exit_stage_latency_seconds") && !l.contains("group="));
+    assert_eq!(outside.count(), 0, "series of no group before the first exit:\n{before}");
+    assert_eq!(served.figure("exitprof_groups{"), 0.0);
+    assert_eq!(served.figure("exitprof_groups_expired_total{"), 0.0);
+    let prometheus = Prometheus::start(dir.path(), served.addr);
+    for (cgroup, processes) in [("a", IN_A), ("b", IN_B)] {
+        cgroups.make(cgroup);
+        for _ in 0..processes {
+            let mut command = Command::new(&program);
+            command.stdin(Stdio::null()).stdout(Stdio::null());
+            let status = cgroups.spawn_in(cgroup, &mut command).wait().unwrap();
+            assert!(status.success(), "{} in cgroup {cgroup}: {status}", program.display());
+        }
+        // Gone before serve reads its exits, most likely: it is named by the path kept.
+        cgroups.remove(cgroup);
+    }
+
+    let all = (IN_A + IN_B) as f64;
+    // The total and the groups' series come from one snapshot: once Prometheus has the one, it
+    // has the others.
+    prometheus.wait_for(r#"exitprof_exits_recorded_total{job="exitprof"}"#, |v| v == all);
+    let by_group = format!(
+        r#"sum by (group) (exitprof_exit_stage_latency_seconds_count{{stage=~"{WHOLE_EXIT}"}})"#
+    );
+    let mut groups = prometheus.query_vector(&by_group);
+    groups.sort_by(|a, b| a.1.total_cmp(&b.1));
+    eprintln!("whole exits by group, as Prometheus has them: {groups:?}");
+    let counts: Vec<f64> = groups.iter().map(|(_, n)| *n).collect();
+    assert_eq!(
+        counts,
+        [IN_A as f64, IN_B as f64],
+        "expected {IN_A} and {IN_B} exits in two groups, Prometheus has {groups:?}"
+    );
+    assert_eq!(prometheus.query(r#"exitprof_groups{job="exitprof"}"#), Some(2.0));
+    assert_eq!(
+        prometheus.query(r#"exitprof_group_overflow_exits_total{job="exitprof"}"#),
+        Some(0.0)
+    );
+}
+
+/// The stages of the whole exit: timed from its first instant (`exit`), or from a later point
+/// where no start probe covered its path (`exit_from_<point>`: every exit here, on a kernel
+/// without kprobes, as serve leaves the syscall tracepoints off).
+const WHOLE_EXIT: &str = "exit(_from_.+)?";
+
 /// The fixed bucket (from its lower bound to its upper one, in ns) that holds the median of
-/// serve's own counts of the whole exit, both kinds together, as its /metrics has them.
+/// serve's own counts of the whole exit, all kinds and starts together, as its /metrics has them.
 fn served_median_bucket(served: &Served) -> (u64, u64) {
     let body = served.get("/metrics", None).body;
     let bounds = bounds_ns();
     let mut cumulative = vec![0.0; bounds.len() + 1];
-    let prefix = r#"exitprof_exit_stage_latency_seconds_bucket{stage="exit","#;
-    for line in body.lines().filter(|l| l.starts_with(prefix)) {
+    let bucket = "exitprof_exit_stage_latency_seconds_bucket{";
+    let whole = |line: &str| {
+        line.strip_prefix(bucket).is_some_and(|labels| {
+            labels.starts_with(r#"stage="exit","#) || labels.starts_with(r#"stage="exit_from_"#)
+        })
+    };
+    for line in body.lines().filter(|l| whole(l)) {
         let (labels, count) = line.rsplit_once(' ').unwrap();
         let le = labels.split("le=\"").nth(1).unwrap().trim_end_matches("\"}");
         let index = if le == "+Inf" {
@@ -360,8 +448,7 @@ fn status_line(raw: &[u8]) -> String {
 fn a_watched_process_that_exits_ends_serve() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
-    let watched =
-        KilledOnDrop::new(std::process::Command::new("sleep").arg("600").spawn().unwrap());
+    let watched = KilledOnDrop::new(Command::new("sleep").arg("600").spawn().unwrap());
     let pid = watched.id().to_string();
     let served = Served::start(dir.path(), &["--pid", &pid]);
     // Killed and reaped.

@@ -30,7 +30,7 @@ impl Prometheus {
         assert!(
             Path::new(PROMETHEUS).exists(),
             "{PROMETHEUS} is missing: this test needs Debian's prometheus package \
-             (`apt-get install prometheus`; .ci/run installs it)"
+             (`apt-get install prometheus`; `cargo xtask test` installs it when run as root)"
         );
         let config = dir.join("prometheus.yml");
         std::fs::write(
@@ -72,15 +72,43 @@ impl Prometheus {
 
     /// The value of an instant query that returns one sample; `None` when it returns none.
     pub fn query(&self, promql: &str) -> Option<f64> {
+        let result = self.series(promql);
+        assert!(result.len() <= 1, "{promql} returned several series: {result:?}");
+        let value = result.first()?["value"][1].as_str().expect("a sample value");
+        Some(value.parse().expect("a number"))
+    }
+
+    /// The samples of an instant query that returns a vector (`{"metric": {...}, "value": [t,
+    /// "v"]}` each); fails the test when Prometheus rejects the query.
+    pub fn series(&self, promql: &str) -> Vec<Value> {
+        let path = format!("/api/v1/query?query={}", percent_encode(promql));
+        let response = get(self.addr, &path, None).expect("querying prometheus");
+        let doc: Value = serde_json::from_str(&response.body)
+            .unwrap_or_else(|e| panic!("prometheus answered {promql} with no JSON ({e})"));
+        assert_eq!(doc["status"], "success", "{promql}: {doc}");
+        assert_eq!(doc["data"]["resultType"], "vector", "{promql}: {doc}");
+        doc["data"]["result"].as_array().expect("a vector").clone()
+    }
+
+    /// The samples of an instant query, each as its labels (`name="value"`, sorted) and value.
+    pub fn query_vector(&self, promql: &str) -> Vec<(Vec<String>, f64)> {
         let path = format!("/api/v1/query?query={}", percent_encode(promql));
         let response = get(self.addr, &path, None).expect("querying prometheus");
         let doc: Value = serde_json::from_str(&response.body)
             .unwrap_or_else(|e| panic!("prometheus answered {promql} with no JSON ({e})"));
         assert_eq!(doc["status"], "success", "{promql}: {doc}");
         let result = doc["data"]["result"].as_array().expect("a vector");
-        assert!(result.len() <= 1, "{promql} returned several series: {doc}");
-        let value = result.first()?["value"][1].as_str().expect("a sample value");
-        Some(value.parse().expect("a number"))
+        result
+            .iter()
+            .map(|sample| {
+                let metric = sample["metric"].as_object().expect("a sample's labels");
+                let mut labels: Vec<String> =
+                    metric.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                labels.sort();
+                let value = sample["value"][1].as_str().expect("a sample value");
+                (labels, value.parse().expect("a number"))
+            })
+            .collect()
     }
 
     /// Waits (30 s at most) until `promql` returns a sample for which `ok` holds; returns it.

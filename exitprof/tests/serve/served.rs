@@ -164,7 +164,34 @@ pub fn get(addr: SocketAddr, path: &str, accept: Option<&str>) -> std::io::Resul
         }
     }
     let content_type = header("content-type").unwrap_or_default();
-    Ok(Response { status, content_type, body: body.to_owned(), elapsed })
+    // Prometheus sends a large answer in chunks.
+    let body = if header("transfer-encoding").is_some_and(|t| t.eq_ignore_ascii_case("chunked")) {
+        dechunk(body.as_bytes())?
+    } else {
+        body.to_owned()
+    };
+    Ok(Response { status, content_type, body, elapsed })
+}
+
+/// The body of a chunked transfer: its chunks, each after its hex size line, up to a size 0.
+fn dechunk(mut chunked: &[u8]) -> std::io::Result<String> {
+    let malformed = |what: &str| std::io::Error::other(format!("a malformed chunked body: {what}"));
+    let mut body = Vec::new();
+    loop {
+        let line_end =
+            chunked.windows(2).position(|w| w == b"\r\n").ok_or_else(|| malformed("no size"))?;
+        let line = String::from_utf8_lossy(&chunked[..line_end]);
+        let size = line.split(';').next().unwrap_or_default().trim();
+        let size = usize::from_str_radix(size, 16).map_err(|_| malformed("a size not in hex"))?;
+        chunked = &chunked[line_end + 2..];
+        if size == 0 {
+            break;
+        }
+        let chunk = chunked.get(..size).ok_or_else(|| malformed("a chunk cut short"))?;
+        body.extend_from_slice(chunk);
+        chunked = chunked.get(size + 2..).ok_or_else(|| malformed("a chunk without its end"))?;
+    }
+    String::from_utf8(body).map_err(std::io::Error::other)
 }
 
 /// Sends `request` on a new connection and reads until the server closes it (30 s at most).

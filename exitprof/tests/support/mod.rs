@@ -1,6 +1,8 @@
 //! Helpers shared by exitprof's integration tests. They run the real binary, which loads real
 //! eBPF programs into the running kernel: root is required, and CI runs them as root.
 
+pub mod cgroups;
+
 use std::process::{Child, Command, Output};
 
 use serde_json::Value;
@@ -491,4 +493,14 @@ impl KernelOffers {
             .collect();
         format!("use {} (or auto)", others.join(" or "))
     }
+}
+
+/// The names of the files of a directory, sorted.
+pub fn file_names(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }

@@ -1,7 +1,7 @@
 //! The Debian package, built with dpkg-deb (Debian's own tool, on every Debian system): the
 //! static binary in /usr/bin, the systemd unit of `deploy/` (no maintainer scripts, so nothing
-//! enables or starts it), the README and the copyright, with the licenses of everything the
-//! static binary holds.
+//! enables or starts it), the README with the pages of `docs/` it links to, and the copyright,
+//! with the licenses of everything the static binary holds.
 
 use std::{
     collections::BTreeSet,
@@ -47,17 +47,22 @@ pub fn build(binary: &Path) -> anyhow::Result<PathBuf> {
         fs::remove_dir_all(&staging).with_context(|| format!("removing {}", staging.display()))?;
     }
     let doc = "usr/share/doc/exitprof";
-    let files: [(&str, Vec<u8>, u32); 5] = [
-        ("usr/bin/exitprof", read(binary)?, 0o755),
+    let mut files: Vec<(String, Vec<u8>, u32)> = vec![
+        ("usr/bin/exitprof".to_owned(), read(binary)?, 0o755),
         (
-            "usr/lib/systemd/system/exitprof.service",
+            "usr/lib/systemd/system/exitprof.service".to_owned(),
             read(&root.join("deploy/exitprof.service"))?,
             0o644,
         ),
-        (&format!("{doc}/README.md"), read(&root.join("README.md"))?, 0o644),
-        (&format!("{doc}/copyright"), read(&root.join("xtask/deb/copyright"))?, 0o644),
-        (&format!("{doc}/third-party.txt"), third_party(&metadata)?.into_bytes(), 0o644),
+        (format!("{doc}/README.md"), read(&root.join("README.md"))?, 0o644),
+        (format!("{doc}/copyright"), read(&root.join("xtask/deb/copyright"))?, 0o644),
+        (format!("{doc}/third-party.txt"), third_party(&metadata)?.into_bytes(), 0o644),
     ];
+    // The README's links into docs/ resolve where it is installed too.
+    for page in doc_pages(&root.join("docs"))? {
+        let name = page.file_name().context("a docs/ entry without a name")?.to_string_lossy();
+        files.push((format!("{doc}/docs/{name}"), read(&page)?, 0o644));
+    }
     // Installed-Size is in KiB, each file counted in whole KiB as du does.
     let installed_kib: usize = files.iter().map(|(_, data, _)| data.len().div_ceil(1024)).sum();
     let control = format!(
@@ -65,11 +70,11 @@ pub fn build(binary: &Path) -> anyhow::Result<PathBuf> {
          Installed-Size: {installed_kib}\nSection: utils\nPriority: optional\n\
          Homepage: {homepage}\nDescription: {DESCRIPTION}\n"
     );
-    for (path, data, mode) in files.iter().map(|(p, d, m)| (*p, d.as_slice(), *m)).chain([(
-        "DEBIAN/control",
-        control.as_bytes(),
-        0o644,
-    )]) {
+    for (path, data, mode) in files
+        .iter()
+        .map(|(p, d, m)| (p.as_str(), d.as_slice(), *m))
+        .chain([("DEBIAN/control", control.as_bytes(), 0o644)])
+    {
         install(&staging, path, data, mode)?;
     }
 
@@ -77,6 +82,19 @@ pub fn build(binary: &Path) -> anyhow::Result<PathBuf> {
     run(Command::new("dpkg-deb").args(["--root-owner-group", "--build"]).arg(&staging).arg(&deb))
         .context("building the Debian package (dpkg-deb comes with dpkg, on every Debian system)")?;
     Ok(deb)
+}
+
+/// The files of `docs/` (its pages and their figures), by name.
+fn doc_pages(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut pages = Vec::new();
+    for entry in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
+        if entry.file_type()?.is_file() {
+            pages.push(entry.path());
+        }
+    }
+    pages.sort();
+    Ok(pages)
 }
 
 fn read(path: &Path) -> anyhow::Result<Vec<u8>> {

@@ -5,7 +5,7 @@
 //! 3. in-kernel cost: each eBPF program's run time per run and per exit recorded, and the part
 //!    of it that wakes exitprof's reader up;
 //! 4. the highest exit rate recorded without loss, and exitprof's own CPU time and peak RSS;
-//! 5. side by side: the seed's C storm with nothing attached, a minimal probe, or exitprof;
+//! 5. side by side: the 2006 benchmark's C storm with nothing attached, a minimal probe, or exitprof;
 //! 6. each part taken out (on-CPU sampling, block stacks, the ring buffer's sizing, and an
 //!    earlier build with `--baseline`): what each costs.
 //!
@@ -36,7 +36,7 @@ use self::{
 };
 use crate::{
     command::{cargo, is_root, workspace_root},
-    setup,
+    packages, setup,
 };
 
 #[derive(Args)]
@@ -55,6 +55,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
         anyhow::bail!("cargo xtask bench loads eBPF programs: run it as root");
     }
     setup::setup()?;
+    packages::ensure(packages::BENCH)?;
     cargo(&["build", "--release", "--locked", "--package", "exitprof"])?;
     let root = workspace_root();
     let out_dir = root.join("target/bench");

@@ -1,4 +1,4 @@
-//! The seed's C storm (`threads_ref 1000 10 0`) with nothing attached, with a minimal probe
+//! The 2006 LKML taskstats benchmark's C storm (`threads_ref 1000 10 0`) with nothing attached, with a minimal probe
 //! that times each exit and nothing else (the bpftrace script `xtask/bench/minimal_probe.bt`:
 //! three tracepoints, one line per exit), and with exitprof watching it by name, interleaved:
 //! exitprof, which records far more, must cost less than the minimal probe.

@@ -5,7 +5,7 @@
 //! suspended (SIGSTOP) while it lasts, with BPF statistics on: the difference is the wakeups.
 //!
 //! exitprof cannot start a storm it is suspended for, so it watches one by name (`--comm`):
-//! the seed's thread program, compiled from C.
+//! the 2006 LKML taskstats benchmark's thread program, compiled from C.
 
 use std::{path::Path, process::Command};
 
@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::exitprof::{self, Exitprof, RunDoc};
 use crate::measure::{compile_c, measure, median};
 
-/// The storm: the seed's program, 1000 threads x 10 reps at stagger 0.
+/// The storm: the 2006 benchmark's program, 1000 threads x 10 reps at stagger 0.
 const STORM_ARGS: [&str; 3] = ["1000", "10", "0"];
 
 /// Room for every record of the storm while its reader is suspended, on both sides alike: a

@@ -3,7 +3,8 @@
 //! The guest's `/init` runs each scenario and writes its report to the second serial port
 //! (ttyS1), which the host captures to a file of its own: the kernel's console stays on ttyS0,
 //! so no kernel message can land in the middle of a JSON document. Each report line that is not
-//! a scenario's output starts with [`MARKER`].
+//! a scenario's output starts with [`MARKER`]. A file a scenario writes (a record, binary) comes
+//! back in base64 after the scenario's end, with its size to tell a file cut short.
 
 use super::{
     scenarios::Scenario,
@@ -14,7 +15,7 @@ use super::{
 const MARKER: &str = "@@exitprof-vm";
 
 /// Busybox applets `/init` uses, linked into `/bin`.
-pub const APPLETS: &[&str] = &["sh", "mount", "cat", "uname", "poweroff", "true"];
+pub const APPLETS: &[&str] = &["sh", "mount", "cat", "uname", "poweroff", "true", "base64", "wc"];
 
 /// The guest's `/init`: mounts what exitprof needs, runs every scenario, then the integration
 /// tests, powers off.
@@ -45,6 +46,11 @@ scenario() {{
   shift
   reported "$name" /bin/exitprof "$@"
 }}
+sent() {{
+  report file "$1" "$(wc -c <"$2")"
+  base64 "$2" >&3
+  report end-file "$1"
+}}
 export EXITPROF_TEST_BINARY=/bin/exitprof EXITPROF_TEST_PROGRAMS={PROGRAMS} EXITPROF_TEST_EMULATED=1
 tests() {{
   name=$1
@@ -57,6 +63,9 @@ report kernel "$(uname -r)"
     );
     for s in scenarios {
         script.push_str(&shell_line(&["scenario", s.name], s.args));
+        if let Some(file) = s.sends {
+            script.push_str(&shell_line(&["sent", s.name], &[file]));
+        }
     }
     for t in tests {
         script.push_str(&shell_line(&["tests", t.name, t.attach], t.args));
@@ -86,6 +95,7 @@ pub struct Report {
     /// `uname -r` in the guest; empty if `/init` never got that far.
     pub kernel: String,
     pub runs: Vec<Run>,
+    pub files: Vec<SentFile>,
     /// `/init` ran to its end (the guest did not die or hang on the way).
     pub done: bool,
 }
@@ -100,6 +110,31 @@ pub struct Run {
     pub status: Option<i32>,
 }
 
+/// A file a scenario wrote, as the guest sent it.
+#[derive(Debug, Default, PartialEq)]
+pub struct SentFile {
+    /// The scenario's name.
+    pub run: String,
+    /// Its size in the guest; `None` when the guest could not read it.
+    pub size: Option<usize>,
+    pub base64: String,
+}
+
+impl SentFile {
+    /// The file's bytes, or why they did not all arrive.
+    pub fn bytes(&self) -> Result<Vec<u8>, String> {
+        use base64::Engine as _;
+        let size = self.size.ok_or("the guest could not read the file (was it written?)")?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(&self.base64)
+            .map_err(|e| format!("the file's base64 is damaged: {e}"))?;
+        if bytes.len() != size {
+            return Err(format!("the file has {size} bytes in the guest, {} arrived", bytes.len()));
+        }
+        Ok(bytes)
+    }
+}
+
 impl Report {
     /// Parses the report channel's text.
     pub fn parse(text: &str) -> Self {
@@ -108,17 +143,20 @@ impl Report {
             Nothing,
             Stdout,
             Stderr,
+            File,
         }
         let mut report = Self::default();
         let mut current: Option<Run> = None;
+        let mut file: Option<SentFile> = None;
         let mut section = Section::Nothing;
         // The guest's tty turns every "\n" into "\r\n".
         for line in text.lines().map(|l| l.trim_end_matches('\r')) {
             let Some(rest) = line.strip_prefix(MARKER).and_then(|r| r.strip_prefix(' ')) else {
                 let run = current.as_mut();
-                match (section, run) {
-                    (Section::Stdout, Some(run)) => push_line(&mut run.stdout, line),
-                    (Section::Stderr, Some(run)) => push_line(&mut run.stderr, line),
+                match (section, run, file.as_mut()) {
+                    (Section::Stdout, Some(run), _) => push_line(&mut run.stdout, line),
+                    (Section::Stderr, Some(run), _) => push_line(&mut run.stderr, line),
+                    (Section::File, _, Some(file)) => file.base64.push_str(line.trim()),
                     _ => {}
                 }
                 continue;
@@ -139,11 +177,21 @@ impl Report {
                     }
                     section = Section::Nothing;
                 }
+                (Some("file"), Some(run), size) => {
+                    let size = size.and_then(|s| s.trim().parse().ok());
+                    file = Some(SentFile { run: run.to_owned(), size, base64: String::new() });
+                    section = Section::File;
+                }
+                (Some("end-file"), ..) => {
+                    report.files.extend(file.take());
+                    section = Section::Nothing;
+                }
                 (Some("done"), ..) => report.done = true,
                 _ => {}
             }
         }
         report.runs.extend(current);
+        report.files.extend(file);
         for run in &mut report.runs {
             for text in [&mut run.stdout, &mut run.stderr] {
                 *text = text.trim().to_owned();
@@ -198,11 +246,31 @@ mod tests {
     }
 
     #[test]
+    fn a_file_sent_in_base64_is_read_back_whole_or_refused() {
+        // "exit\0\xff" in base64, split over lines as busybox's base64 wraps them.
+        let text = "\r\n@@exitprof-vm file rec 6\r\nZXhp\r\ndAD/\r\n\
+                    \r\n@@exitprof-vm end-file rec\r\n\
+                    \r\n@@exitprof-vm file cut 9\r\nZXhp\r\n";
+        let report = Report::parse(text);
+        assert_eq!(report.files[0].bytes(), Ok(b"exit\0\xff".to_vec()));
+        // The guest died before the end of the second.
+        assert_eq!(report.files[1].run, "cut");
+        let cut = report.files[1].bytes();
+        assert_eq!(cut, Err("the file has 9 bytes in the guest, 3 arrived".to_owned()));
+        let unread = SentFile { run: "x".into(), size: None, base64: String::new() };
+        assert!(unread.bytes().unwrap_err().contains("could not read"));
+    }
+
+    #[test]
     fn the_init_script_runs_every_scenario_and_test() {
-        let scenarios = [Scenario { name: "a", args: &["--x", "1"], check: |_, _| {} }];
+        let scenarios =
+            [Scenario { name: "a", args: &["--x", "1"], check: |_, _| {}, sends: Some("/tmp/a") }];
         let tests = [GuestTests { name: "b", attach: "fentry", args: &["m::"] }];
         let script = init_script(&scenarios, &tests);
-        assert!(script.contains("\nscenario a '--x' '1'\ntests b fentry 'm::'\n"), "{script}");
+        assert!(
+            script.contains("\nscenario a '--x' '1'\nsent a '/tmp/a'\ntests b fentry 'm::'\n"),
+            "{script}"
+        );
         assert!(script.ends_with("report done\npoweroff -f\n"), "{script}");
     }
 

@@ -48,10 +48,20 @@ pub const GUEST_TESTS: &[GuestTests] = &[
         attach: "auto",
         args: &["reliability::each_forced_mode_is_refused_or_works_as_the_kernel_offers"],
     },
+    // The compat object forced beside the object the kernel chooses: every exit accounted, the
+    // same measures.
+    GuestTests { name: "compat", attach: "auto", args: &["compat::"] },
 ];
 
 /// The ground truth, every test of it.
 const GROUND_TRUTH: &[&str] = &["ground_truth::"];
+
+impl GuestTests {
+    /// Whether this run is the ground truth (in one attach mode).
+    pub fn is_ground_truth(&self) -> bool {
+        self.args == GROUND_TRUTH
+    }
+}
 
 /// The static builds the guest runs.
 pub struct StaticBuild {

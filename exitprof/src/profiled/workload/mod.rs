@@ -1,5 +1,6 @@
 //! Workloads run in child processes, so that their user and sys time come from `wait4` rusage
-//! exactly as `/usr/bin/time` measured them in the seeds.
+//! exactly as `/usr/bin/time` measured them in the 2006 and 2012 LKML threads that exitprof's
+//! storms come from.
 //!
 //! A child is exitprof itself, started with a hidden subcommand. It waits at a gate until the
 //! parent has attached its probes and registered the child's pid, then runs its storm — or, for
@@ -12,10 +13,10 @@
 
 pub mod channel;
 pub mod command;
+mod default_stack;
 mod forks;
 pub mod limits;
 mod pacer;
-mod seed_stack;
 pub mod threads;
 
 use std::{
@@ -32,9 +33,13 @@ use std::{
 };
 
 use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
 
 use self::channel::{ChildEnd, DriverReport, ParentEnd};
-use crate::target::{ForkParams, Storm, ThreadsParams, pidfd::PidFd, signals};
+use crate::{
+    base::{pidfd::PidFd, signals},
+    profiled::{ForkParams, Storm, ThreadsParams},
+};
 
 /// What exitprof runs in its children.
 #[derive(Clone, Debug, PartialEq)]
@@ -128,8 +133,21 @@ pub struct Running {
 #[derive(Clone)]
 pub struct Killer(Arc<Vec<Stoppable>>);
 
+/// Exits per second: for storms as the 2006 thread computed it, from the drivers' counts
+/// ((created + exited) / elapsed / 2); otherwise exits recorded / elapsed.
+pub fn exit_rate(child: Option<&ChildOutcome>, elapsed: Duration, recorded: u64) -> f64 {
+    let elapsed_s = elapsed.as_secs_f64();
+    if elapsed_s <= 0.0 {
+        return 0.0;
+    }
+    match child.and_then(|c| c.report.as_ref()) {
+        Some(r) => (r.created + r.exited) as f64 / 2.0 / elapsed_s,
+        None => recorded as f64 / elapsed_s,
+    }
+}
+
 /// How the workload children ended, as `wait4` reported them.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ChildOutcome {
     /// Raw wait status of each child, by pid.
     pub statuses: Vec<(u32, i32)>,

@@ -1,7 +1,8 @@
-//! The stack size of the threads storm's threads: glibc's default, which the seed's program had,
-//! whichever libc exitprof is linked against. musl (the static binary) gives threads 128 KiB
-//! where glibc takes `RLIMIT_STACK` (8 MiB), and the size changes the storm: the seed's program
-//! under `ulimit -s 128` spends 0.85 times the system time.
+//! The stack size of the threads storm's threads: glibc's default, which the program of the 2006
+//! LKML benchmark of taskstats' cost per exit had, whichever libc exitprof is linked against.
+//! musl (the static binary) gives threads 128 KiB where glibc takes `RLIMIT_STACK` (8 MiB), and
+//! the size changes the storm: that program under `ulimit -s 128` spends 0.85 times the system
+//! time.
 
 use std::{io, mem::MaybeUninit};
 
@@ -24,9 +25,9 @@ pub fn bytes() -> io::Result<u64> {
 }
 
 /// Thread attributes with [`bytes`] of stack, destroyed when dropped.
-pub struct SeedAttributes(libc::pthread_attr_t);
+pub struct DefaultStackAttributes(libc::pthread_attr_t);
 
-impl SeedAttributes {
+impl DefaultStackAttributes {
     pub fn new() -> io::Result<Self> {
         let mut attr = MaybeUninit::uninit();
         // SAFETY: pthread_attr_init initialises the attributes it is given.
@@ -50,7 +51,7 @@ impl SeedAttributes {
     }
 }
 
-impl Drop for SeedAttributes {
+impl Drop for DefaultStackAttributes {
     fn drop(&mut self) {
         // SAFETY: initialised in `new`, destroyed once.
         unsafe { libc::pthread_attr_destroy(&raw mut self.0) };
@@ -74,9 +75,9 @@ mod tests {
         }
         assert_eq!(bytes().unwrap(), default as u64);
         let mut size = 0;
-        let seed = SeedAttributes::new().unwrap();
+        let attrs = DefaultStackAttributes::new().unwrap();
         // SAFETY: initialised attributes.
-        assert_eq!(unsafe { libc::pthread_attr_getstacksize(seed.as_ptr(), &raw mut size) }, 0);
+        assert_eq!(unsafe { libc::pthread_attr_getstacksize(attrs.as_ptr(), &raw mut size) }, 0);
         assert_eq!(size, default);
     }
 }

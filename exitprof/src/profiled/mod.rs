@@ -1,24 +1,17 @@
 //! What is profiled: the workloads exitprof drives in child processes, and the processes it
-//! watches (`--pid`), with the process plumbing both need (pidfds, signals).
+//! watches (`--pid`).
 //!
-//! Must not import `run`, `analysis`, `report`, `export`, `cli`, nor anything of `probes` but
+//! Must not import `run`, `analysis`, `cli`, the presentation layer (`present`, `report`,
+//! `export`, `diff`), nor anything of `probes` but
 //! its capability checks: a target is started, watched and stopped the same whether probes are
 //! attached or not.
 
-pub mod pidfd;
-pub mod signals;
 pub mod watch;
 pub mod workload;
 
 use std::ffi::OsString;
 
-use serde::Serialize;
-
-/// A request the machine cannot satisfy as asked (a limit, a missing command or process):
-/// reported like a usage error, with exit status 2, before anything is loaded.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
+use serde::{Deserialize, Serialize};
 
 /// What a run profiles, once the command line is read.
 #[derive(Clone, Debug, PartialEq)]
@@ -46,7 +39,7 @@ pub enum Storm {
 /// Parameters of the `threads` storm: `threads` threads created, then joined, `reps` times;
 /// thread i of N sleeps `(N-i) * stagger_us` microseconds before it exits, or `rate` sets the
 /// stagger rep by rep.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadsParams {
     pub threads: u32,
     pub reps: u32,
@@ -57,7 +50,7 @@ pub struct ThreadsParams {
 
 /// Parameters of the `fork` and `ipcns` storms: `count` children forked in all, by `parallel`
 /// sequential fork loops at once.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForkParams {
     pub count: u32,
     pub parallel: u32,

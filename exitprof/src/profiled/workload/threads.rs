@@ -1,7 +1,7 @@
-//! The 2006 taskstats thread's storm: N threads x reps; thread i sleeps `(N-i)*stagger`, then
-//! exits; every rep creates all its threads, then joins them all. Raw pthreads with glibc's
-//! default attributes, as the seed, whichever libc this binary has (see
-//! [`seed_stack`](super::seed_stack)): `std::thread` costs more per thread (an alternate signal
+//! The storm of the 2006 LKML benchmark of taskstats' cost per exit: N threads x reps; thread i
+//! sleeps `(N-i)*stagger`, then exits; every rep creates all its threads, then joins them all.
+//! Raw pthreads with glibc's default attributes, as that benchmark's program, whichever libc
+//! this binary has (see [`default_stack`](super::default_stack)): `std::thread` costs more per thread (an alternate signal
 //! stack mapped for every thread, and its bookkeeping), which would be charged to the storm.
 
 use std::{
@@ -11,8 +11,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{channel::DriverReport, pacer::Pacer, seed_stack::SeedAttributes};
-use crate::target::ThreadsParams;
+use super::{channel::DriverReport, default_stack::DefaultStackAttributes, pacer::Pacer};
+use crate::profiled::ThreadsParams;
 
 extern "C" fn sleep_then_exit(sleep_ns: *mut libc::c_void) -> *mut libc::c_void {
     let ns = sleep_ns as u64;
@@ -21,7 +21,7 @@ extern "C" fn sleep_then_exit(sleep_ns: *mut libc::c_void) -> *mut libc::c_void 
         tv_sec: (ns / 1_000_000_000) as _,
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
     };
-    // SAFETY: a valid timespec; no remainder wanted. Like the seed's usleep, it sleeps even for
+    // SAFETY: a valid timespec; no remainder wanted. Like the benchmark's usleep, it sleeps even for
     // zero (usleep(0) is a nanosleep system call too) and ignores interruptions.
     unsafe { libc::nanosleep(&raw const ts, ptr::null_mut()) };
     ptr::null_mut()
@@ -32,7 +32,7 @@ pub fn run(params: ThreadsParams) -> io::Result<DriverReport> {
     let ThreadsParams { threads, reps, stagger_us, rate } = params;
     let mut report = DriverReport::default();
     let mut handles = Vec::with_capacity(threads as usize);
-    let attributes = SeedAttributes::new()?;
+    let attributes = DefaultStackAttributes::new()?;
     let Some(rate) = rate else {
         let stagger_ns = u64::from(stagger_us) * 1000;
         for _ in 0..reps {
@@ -56,7 +56,7 @@ pub fn run(params: ThreadsParams) -> io::Result<DriverReport> {
 pub fn burst_rate(threads: u32) -> io::Result<f64> {
     let mut handles = Vec::with_capacity(threads as usize);
     let started = Instant::now();
-    rep(threads, 0, &SeedAttributes::new()?, &mut handles, &mut DriverReport::default())?;
+    rep(threads, 0, &DefaultStackAttributes::new()?, &mut handles, &mut DriverReport::default())?;
     Ok(f64::from(threads) / started.elapsed().max(Duration::from_nanos(1)).as_secs_f64())
 }
 
@@ -64,7 +64,7 @@ pub fn burst_rate(threads: u32) -> io::Result<f64> {
 fn rep(
     threads: u32,
     stagger_ns: u64,
-    attributes: &SeedAttributes,
+    attributes: &DefaultStackAttributes,
     handles: &mut Vec<libc::pthread_t>,
     report: &mut DriverReport,
 ) -> io::Result<()> {

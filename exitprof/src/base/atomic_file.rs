@@ -3,24 +3,50 @@
 
 use std::{
     fs::{self, File, Permissions},
-    io::{self, Write as _},
+    io::{self, Write},
     os::unix::fs::{FileTypeExt as _, PermissionsExt as _},
-    path::Path,
+    path::{Path, PathBuf},
 };
 
 use tempfile::NamedTempFile;
 
-/// Writes `bytes` to `path`: into a temporary file in the same directory, synced, then renamed
-/// over `path`, then the directory synced so that the rename survives a crash. On any error the
-/// temporary file is removed and `path` is left as it was.
+/// Writes `bytes` to `path` atomically (see [`AtomicFile`]).
 pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    check_replaceable(path).map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
-    let dir = directory_of(path);
-    let mut tmp = temporary_file_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    File::open(dir)?.sync_all()
+    let mut file = AtomicFile::create(path)?;
+    file.write_all(bytes)?;
+    file.commit()
+}
+
+/// A file written under a temporary name in the directory of its path, for files written as
+/// they are made (a record file, all through a run). [`AtomicFile::commit`] syncs it, renames it
+/// over its path, then syncs the directory so that the rename survives a crash; dropped before,
+/// or on any error, it is removed and the path is left as it was.
+pub struct AtomicFile {
+    tmp: NamedTempFile,
+    path: PathBuf,
+}
+
+impl AtomicFile {
+    pub fn create(path: &Path) -> io::Result<Self> {
+        check_replaceable(path).map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
+        Ok(Self { tmp: temporary_file_in(directory_of(path))?, path: path.to_owned() })
+    }
+
+    pub fn commit(self) -> io::Result<()> {
+        self.tmp.as_file().sync_all()?;
+        self.tmp.persist(&self.path).map_err(|e| e.error)?;
+        File::open(directory_of(&self.path))?.sync_all()
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.tmp.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.tmp.flush()
+    }
 }
 
 /// Checks that `path` can be written by [`write`]: a regular file or nothing yet, in a directory
@@ -67,13 +93,14 @@ fn check_replaceable(path: &Path) -> Result<(), String> {
         "a socket"
     };
     Err(format!(
-        "it is {what}, not a regular file (an export is written whole to a new file renamed over \
-         its path; give the path of a regular file)"
+        "it is {what}, not a regular file (exitprof writes a file whole to a new file renamed \
+         over its path; give the path of a regular file)"
     ))
 }
 
 /// A hidden temporary file, removed when dropped, with the permissions a new file gets (0666
-/// less the umask) rather than tempfile's private 0600: the export is for other tools and users.
+/// less the umask) rather than tempfile's private 0600: exports and records are for other tools
+/// and users.
 fn temporary_file_in(dir: &Path) -> io::Result<NamedTempFile> {
     tempfile::Builder::new()
         .prefix(".exitprof-")
@@ -110,6 +137,18 @@ mod tests {
         write(&path, b"second, longer").unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"second, longer");
         assert_eq!(entries(dir.path()), ["out.csv"]);
+    }
+
+    #[test]
+    fn a_file_dropped_before_its_commit_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.rec");
+        fs::write(&path, b"old").unwrap();
+        let mut file = AtomicFile::create(&path).unwrap();
+        file.write_all(b"half of the new").unwrap();
+        drop(file);
+        assert_eq!(fs::read(&path).unwrap(), b"old");
+        assert_eq!(entries(dir.path()), ["run.rec"]);
     }
 
     #[test]

@@ -5,10 +5,10 @@ use std::{fs, io};
 
 use anyhow::Context as _;
 
-use super::seed_stack;
+use super::default_stack;
 use crate::{
     probes::privileges,
-    target::{ForkParams, Storm, ThreadsParams},
+    profiled::{ForkParams, Storm, ThreadsParams},
 };
 
 /// What a live thread costs in memory that must really exist, at least: its kernel stack
@@ -193,7 +193,7 @@ impl SystemLimits {
             pid_max: read_number("/proc/sys/kernel/pid_max")?,
             tasks_now: tasks_now()?,
             nproc: nproc()?,
-            stack_bytes: seed_stack::bytes().context("reading RLIMIT_STACK")?,
+            stack_bytes: default_stack::bytes().context("reading RLIMIT_STACK")?,
             memory,
         })
     }
@@ -300,7 +300,7 @@ mod tests {
     }
 
     #[test]
-    fn the_seeds_fit() {
+    fn the_2006_and_2012_storms_fit() {
         check(&threads(1000), &roomy()).unwrap();
         check(&ipcns(1024, 1), &roomy()).unwrap();
     }

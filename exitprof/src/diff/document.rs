@@ -1,0 +1,526 @@
+//! The diff itself, as a document: each row's figures on both sides and their changes, the
+//! stacks whose time changed most, and the verdict (`--json` prints it as it is).
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use super::{
+    input::{RunView, StageView},
+    matching::{Group, match_stages},
+    noise::{
+        CONFIDENCE, Change, FEW_RUNS_FACTOR, FEW_RUNS_FLOOR, Figure, RUNS_FOR_AN_INTERVAL,
+        row_level,
+    },
+    verdict::verdict,
+};
+
+/// Stacks listed per kind, those whose time per exit changed most.
+pub const STACKS_SHOWN: usize = 5;
+
+/// The `diff --json` document.
+#[derive(Debug, Serialize)]
+pub struct DiffDocument {
+    /// The baseline.
+    pub a: SideDoc,
+    pub b: SideDoc,
+    pub noise: NoiseDoc,
+    /// Both sides cut the exit alike: each row is the same stage on both.
+    pub same_cut: bool,
+    /// The whole exit (named `exit`) first, then each group of stages in kernel order (a
+    /// group of one side's stages only: none of the other side's exits were there).
+    pub rows: Vec<RowDoc>,
+    /// Blocked-in and on-CPU stacks whose time per exit changed most, by row.
+    pub blocked_in: Vec<StackChange>,
+    pub on_cpu_in: Vec<StackChange>,
+    /// Some row's time per exit changed beyond run-to-run noise.
+    pub changed: bool,
+    pub verdict: String,
+}
+
+/// One side's runs.
+#[derive(Debug, Serialize)]
+pub struct SideDoc {
+    pub files: Vec<String>,
+    /// Each distinct kernel, attach mode and workload of its runs.
+    pub kernels: Vec<String>,
+    pub attach: Vec<String>,
+    pub workloads: Vec<String>,
+    /// Exits recorded, per run.
+    pub exits: Vec<u64>,
+    /// Some run was cut short.
+    pub partial: bool,
+}
+
+/// How changes were told from run-to-run noise.
+#[derive(Debug, Serialize)]
+pub struct NoiseDoc {
+    pub runs_a: usize,
+    pub runs_b: usize,
+    /// `interval`: Welch's t over the runs (3 or more a side); `factor`: fewer runs, beyond
+    /// noise only past `factor` either way and by `floor` of the whole exit's figure or more.
+    pub method: &'static str,
+    /// Of the intervals of a column, all rows together; `row_level` is each one's.
+    pub confidence: f64,
+    pub row_level: f64,
+    pub factor: f64,
+    pub floor: f64,
+}
+
+/// A group of stages (or the whole exit) on both sides.
+#[derive(Debug, Serialize)]
+pub struct RowDoc {
+    #[serde(flatten)]
+    pub group: Group,
+    /// Time spent in it per exit (all exits, also those that did not pass through it).
+    pub ns_per_exit: Change,
+    /// This row's part of the whole exit's change of time per exit.
+    pub share_of_change: Option<f64>,
+    pub on_cpu_ns_per_exit: Change,
+    pub off_cpu_ns_per_exit: Change,
+    /// Of the exits through it, where it is one stage on each side (a merged group's
+    /// percentiles cannot be had from its stages'): `null` otherwise.
+    pub mean_ns: Option<Change>,
+    pub p50_ns: Option<Change>,
+    pub p99_ns: Option<Change>,
+}
+
+/// A kernel stack's time per exit on both sides (means over each side's runs; a run that does
+/// not list it counts as none, so stacks near the end of a run's list are uncertain).
+#[derive(Debug, Serialize)]
+pub struct StackChange {
+    pub row: String,
+    /// Innermost frame first.
+    pub stack: Vec<String>,
+    pub a_ns_per_exit: f64,
+    pub b_ns_per_exit: f64,
+    pub delta_ns_per_exit: f64,
+}
+
+/// A row's figures in one run.
+struct RunFigures {
+    ns_per_exit: f64,
+    off_cpu_ns_per_exit: f64,
+    /// Mean, p50 and p99 of the exits through it, where it is one stage that this run has.
+    latency: Option<[f64; 3]>,
+}
+
+impl DiffDocument {
+    pub fn new(a: &[(String, RunView)], b: &[(String, RunView)]) -> Self {
+        let views = |side: &[(String, RunView)]| side.iter().map(|(_, v)| v.clone()).collect();
+        let (a_runs, b_runs): (Vec<RunView>, Vec<RunView>) = (views(a), views(b));
+        let groups = match_stages(&a_runs, &b_runs);
+        let exit = Group {
+            name: "exit".to_owned(),
+            a_stages: vec!["exit".to_owned()],
+            b_stages: vec!["exit".to_owned()],
+            covers: Vec::new(),
+            only_a: Vec::new(),
+            only_b: Vec::new(),
+        };
+        let same_cut = groups.iter().all(Group::is_same_cut);
+        let level = row_level(groups.len() + 1);
+        let whole = row(exit, &a_runs, &b_runs, level, None);
+        let mut rows: Vec<RowDoc> =
+            groups.into_iter().map(|g| row(g, &a_runs, &b_runs, level, Some(&whole))).collect();
+        rows.insert(0, whole);
+        let exit_delta = rows[0].ns_per_exit.delta;
+        for r in &mut rows {
+            r.share_of_change = (exit_delta != 0.0).then(|| r.ns_per_exit.delta / exit_delta);
+        }
+        let noise = NoiseDoc {
+            runs_a: a_runs.len(),
+            runs_b: b_runs.len(),
+            method: if a_runs.len().min(b_runs.len()) >= RUNS_FOR_AN_INTERVAL {
+                "interval"
+            } else {
+                "factor"
+            },
+            confidence: CONFIDENCE,
+            row_level: level,
+            factor: FEW_RUNS_FACTOR,
+            floor: FEW_RUNS_FLOOR,
+        };
+        let row_of = |side: Side, stage: &str| -> Option<String> {
+            rows.iter()
+                .find(|r| side.stages(&r.group).iter().any(|s| s == stage))
+                .map(|r| r.group.name.clone())
+        };
+        let blocked_in = stack_changes(&a_runs, &b_runs, &row_of, |run| {
+            run.blocked_in.iter().map(|b| (b.stage.as_str(), &b.stack, b.est_ns)).collect()
+        });
+        let on_cpu_in = stack_changes(&a_runs, &b_runs, &row_of, |run| {
+            run.parts()
+                .iter()
+                .flat_map(|s| s.on_cpu_in.iter().map(|i| (s.name.as_str(), &i.stack, i.est_ns)))
+                .collect()
+        });
+        let changed = rows.iter().any(|r| r.ns_per_exit.is_beyond_noise());
+        let mut doc = Self {
+            a: SideDoc::new(a),
+            b: SideDoc::new(b),
+            noise,
+            same_cut,
+            rows,
+            blocked_in,
+            on_cpu_in,
+            changed,
+            verdict: String::new(),
+        };
+        doc.verdict = verdict(&doc);
+        doc
+    }
+}
+
+impl SideDoc {
+    fn new(runs: &[(String, RunView)]) -> Self {
+        let distinct = |f: &dyn Fn(&RunView) -> String| {
+            let mut values: Vec<String> = Vec::new();
+            for (_, run) in runs {
+                let v = f(run);
+                if !values.contains(&v) {
+                    values.push(v);
+                }
+            }
+            values
+        };
+        Self {
+            files: runs.iter().map(|(file, _)| file.clone()).collect(),
+            kernels: distinct(&|r| r.kernel.clone()),
+            attach: distinct(&|r| r.attach.clone()),
+            workloads: distinct(&RunView::describe_workload),
+            exits: runs.iter().map(|(_, r)| r.exits()).collect(),
+            partial: runs.iter().any(|(_, r)| r.partial),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Side {
+    A,
+    B,
+}
+
+impl Side {
+    fn stages(self, group: &Group) -> &[String] {
+        match self {
+            Self::A => &group.a_stages,
+            Self::B => &group.b_stages,
+        }
+    }
+}
+
+/// A row's figures on both sides, and their changes; `whole` is the whole exit's row (`None`
+/// for that row itself), the scale of what fewer runs can tell.
+fn row(group: Group, a: &[RunView], b: &[RunView], level: f64, whole: Option<&RowDoc>) -> RowDoc {
+    let one_stage = group.is_one_stage();
+    let figures = |runs: &[RunView], stages: &[String]| -> Vec<RunFigures> {
+        runs.iter().map(|run| run_figures(run, stages, one_stage)).collect()
+    };
+    let (fa, fb) = (figures(a, &group.a_stages), figures(b, &group.b_stages));
+    let values = |figures: &[RunFigures], f: &dyn Fn(&RunFigures) -> Option<f64>| -> Vec<f64> {
+        figures.iter().filter_map(f).collect()
+    };
+    let change = |f: &dyn Fn(&RunFigures) -> Option<f64>,
+                  figure,
+                  of_whole: fn(&RowDoc) -> Option<&Change>| {
+        let whole = whole.and_then(of_whole).map_or(0.0, |c| c.a);
+        Change::of(&values(&fa, f), &values(&fb, f), level, figure, whole)
+    };
+    let per_exit = |f: &RunFigures| Some(f.ns_per_exit);
+    let off_cpu = |f: &RunFigures| Some(f.off_cpu_ns_per_exit);
+    // Time mostly spent off a CPU follows what else the machine ran.
+    let mostly_off_cpu = [&fa, &fb].iter().any(|side| {
+        let total: f64 = side.iter().map(|f| f.ns_per_exit).sum();
+        let off: f64 = side.iter().map(|f| f.off_cpu_ns_per_exit).sum();
+        off > total / 2.0
+    });
+    let central = if mostly_off_cpu { Figure::Volatile } else { Figure::Steady };
+    let latency = |k: usize| move |f: &RunFigures| f.latency.map(|l| l[k]);
+    RowDoc {
+        ns_per_exit: change(&per_exit, central, |w| Some(&w.ns_per_exit))
+            .expect("every side has runs"),
+        share_of_change: None,
+        on_cpu_ns_per_exit: change(
+            &|f| Some(f.ns_per_exit - f.off_cpu_ns_per_exit),
+            Figure::Steady,
+            |w| Some(&w.on_cpu_ns_per_exit),
+        )
+        .expect("every side has runs"),
+        off_cpu_ns_per_exit: change(&off_cpu, Figure::Volatile, |w| Some(&w.off_cpu_ns_per_exit))
+            .expect("every side has runs"),
+        mean_ns: change(&latency(0), central, |w| w.mean_ns.as_ref()),
+        p50_ns: change(&latency(1), central, |w| w.p50_ns.as_ref()),
+        p99_ns: change(&latency(2), Figure::Volatile, |w| w.p99_ns.as_ref()),
+        group,
+    }
+}
+
+fn run_figures(run: &RunView, stages: &[String], one_stage: bool) -> RunFigures {
+    let found: Vec<&StageView> =
+        stages.iter().filter_map(|name| run.stages.iter().find(|s| s.name == *name)).collect();
+    let exits = run.exits() as f64;
+    let total: f64 = found.iter().map(|s| s.total_ns).sum();
+    let off: f64 = found.iter().map(|s| s.total_ns * s.off_cpu_share).sum();
+    let latency = match found.as_slice() {
+        [s] if one_stage => Some([s.mean_ns, s.p50_ns, s.p99_ns]),
+        _ => None,
+    };
+    RunFigures { ns_per_exit: total / exits, off_cpu_ns_per_exit: off / exits, latency }
+}
+
+/// A run's stacks: (stage, frames, time).
+type Stacks<'a> = Vec<(&'a str, &'a Vec<String>, f64)>;
+
+/// The stacks whose mean time per exit changed most between the sides, by row.
+fn stack_changes(
+    a: &[RunView],
+    b: &[RunView],
+    row_of: &dyn Fn(Side, &str) -> Option<String>,
+    stacks: impl for<'a> Fn(&'a RunView) -> Stacks<'a>,
+) -> Vec<StackChange> {
+    let mut by_stack: HashMap<(String, Vec<String>), (f64, f64)> = HashMap::new();
+    for (side, runs) in [(Side::A, a), (Side::B, b)] {
+        for run in runs {
+            let exits = run.exits() as f64 * runs.len() as f64;
+            for (stage, frames, ns) in stacks(run) {
+                let Some(row) = row_of(side, stage) else { continue };
+                let entry = by_stack.entry((row, frames.clone())).or_default();
+                match side {
+                    Side::A => entry.0 += ns / exits,
+                    Side::B => entry.1 += ns / exits,
+                }
+            }
+        }
+    }
+    let mut changes: Vec<StackChange> = by_stack
+        .into_iter()
+        .map(|((row, stack), (a_ns, b_ns))| StackChange {
+            row,
+            stack,
+            a_ns_per_exit: a_ns,
+            b_ns_per_exit: b_ns,
+            delta_ns_per_exit: b_ns - a_ns,
+        })
+        .collect();
+    changes.sort_by(|x, y| {
+        y.delta_ns_per_exit
+            .abs()
+            .total_cmp(&x.delta_ns_per_exit.abs())
+            .then_with(|| x.stack.cmp(&y.stack))
+    });
+    changes.truncate(STACKS_SHOWN);
+    changes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diff::{
+        input::tests::{document, view},
+        noise::welch,
+    };
+
+    type Stages<'a> = &'a [(&'a str, &'a [&'a str], f64)];
+
+    fn runs(stages_of_run: &[Stages<'_>]) -> Vec<(String, RunView)> {
+        stages_of_run
+            .iter()
+            .enumerate()
+            .map(|(i, stages)| (format!("run{i}.json"), view(&document(100, stages))))
+            .collect()
+    }
+
+    /// The tracepoint cut of this host's exit: three gaps.
+    fn tracepoint_cut(mm: f64) -> [(&'static str, &'static [&'static str], f64); 3] {
+        [
+            ("do_exit…taskstats_exit", &["do_exit", "exit_signals", "taskstats_exit"], 1_000.0),
+            (
+                "perf_event_exit_task…exit_thread",
+                &["perf_event_exit_task", "exit_mm", "exit_files"],
+                mm,
+            ),
+            ("sched_autogroup_exit_task…__schedule", &["exit_notify", "__schedule"], 3_000.0),
+        ]
+    }
+
+    #[test]
+    fn the_interval_of_each_row_comes_from_the_runs() {
+        let a = runs(&[&tracepoint_cut(1_000.0), &tracepoint_cut(1_200.0), &tracepoint_cut(800.0)]);
+        let b =
+            runs(&[&tracepoint_cut(3_000.0), &tracepoint_cut(3_300.0), &tracepoint_cut(2_700.0)]);
+        let doc = DiffDocument::new(&a, &b);
+        assert!(doc.same_cut);
+        assert_eq!((doc.noise.method, doc.rows.len()), ("interval", 4));
+        let mm = &doc.rows[2];
+        let level = row_level(4);
+        assert_eq!(doc.noise.row_level, level);
+        let expected = welch(&[1_000.0, 1_200.0, 800.0], &[3_000.0, 3_300.0, 2_700.0], level);
+        assert_eq!(mm.ns_per_exit.interval, Some(expected));
+        assert_eq!((mm.ns_per_exit.delta, mm.ns_per_exit.beyond_noise), (2_000.0, Some(true)));
+        // Every exit passes through every stage here: the stage's mean is its time per exit.
+        assert_eq!(mm.mean_ns.as_ref().unwrap().interval, Some(expected));
+        // The whole exit's change is all in that stage; the others did not move at all.
+        assert_eq!(mm.share_of_change, Some(1.0));
+        assert_eq!(doc.rows[1].ns_per_exit.beyond_noise, Some(false));
+        assert!(doc.changed);
+        assert!(
+            doc.verdict.contains("beyond run-to-run noise (interval +")
+                && doc.verdict.contains(
+                    "Beyond noise, per exit: perf_event_exit_task…exit_thread +2.0µs (+200%), \
+                     100% of the exit's change."
+                ),
+            "{}",
+            doc.verdict
+        );
+    }
+
+    #[test]
+    fn runs_that_differ_only_by_noise_change_nothing() {
+        let a = runs(&[&tracepoint_cut(1_000.0), &tracepoint_cut(1_300.0), &tracepoint_cut(700.0)]);
+        let b = runs(&[&tracepoint_cut(1_100.0), &tracepoint_cut(900.0), &tracepoint_cut(1_250.0)]);
+        let doc = DiffDocument::new(&a, &b);
+        assert!(!doc.changed);
+        assert!(doc.rows.iter().all(|r| r.ns_per_exit.beyond_noise == Some(false)));
+        assert!(
+            doc.verdict.contains("within run-to-run noise")
+                && doc.verdict.contains("No stage's time per exit changes beyond noise."),
+            "{}",
+            doc.verdict
+        );
+    }
+
+    #[test]
+    fn different_cuts_compare_at_the_cut_both_share_and_say_so() {
+        // A: kprobes, with exit_mm a stage of its own; B: tracepoints only.
+        let kprobe_cut = |mm: f64| -> [(&'static str, &'static [&'static str], f64); 5] {
+            [
+                ("do_exit…taskstats_exit", &["do_exit", "exit_signals", "taskstats_exit"], 1_000.0),
+                ("perf_event_exit_task", &["perf_event_exit_task"], 100.0),
+                ("exit_mm", &["exit_mm"], mm - 300.0),
+                ("exit_files", &["exit_files"], 200.0),
+                ("sched_autogroup_exit_task…__schedule", &["exit_notify", "__schedule"], 3_000.0),
+            ]
+        };
+        let a = runs(&[&kprobe_cut(1_000.0), &kprobe_cut(1_100.0), &kprobe_cut(900.0)]);
+        let b =
+            runs(&[&tracepoint_cut(5_000.0), &tracepoint_cut(5_200.0), &tracepoint_cut(4_800.0)]);
+        let mut doc = DiffDocument::new(&a, &b);
+        assert!(!doc.same_cut);
+        let names: Vec<&str> = doc.rows.iter().map(|r| r.group.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "exit",
+                "do_exit…taskstats_exit",
+                "perf_event_exit_task…exit_files",
+                "sched_autogroup_exit_task…__schedule"
+            ]
+        );
+        let merged = &doc.rows[2];
+        assert_eq!(merged.group.a_stages, ["perf_event_exit_task", "exit_mm", "exit_files"]);
+        assert_eq!((merged.ns_per_exit.a, merged.ns_per_exit.b), (1_000.0, 5_000.0));
+        // Percentiles of stages taken apart do not add up: a merged row has none.
+        assert!(merged.mean_ns.is_none() && merged.p99_ns.is_none());
+        assert!(doc.rows[1].mean_ns.is_some());
+        assert!(
+            doc.verdict.contains(
+                "A and B cut the exit differently: stages are compared by the kernel code they \
+                 cover, at the finest cut both share (1 of 3 rows join differing stages)."
+            ),
+            "{}",
+            doc.verdict
+        );
+        doc.b.attach = vec!["tracepoint".to_owned()];
+        assert!(cut_note_of(&doc).contains("(attach auto vs tracepoint)"));
+    }
+
+    #[test]
+    fn a_path_one_side_never_took_is_none_there() {
+        let [start, mm, end] = tracepoint_cut(1_000.0);
+        let to_schedule: &[&str] =
+            &["perf_event_exit_task", "exit_mm", "exit_files", "exit_notify", "__schedule"];
+        let blocked = [start, mm, ("perf_event_exit_task…__schedule", to_schedule, 30_000.0), end];
+        let doc = DiffDocument::new(&runs(&[&blocked]), &runs(&[&tracepoint_cut(1_000.0)]));
+        assert!(doc.same_cut, "{}", doc.verdict);
+        let path = doc.rows.iter().find(|r| r.group.name == "perf_event_exit_task…__schedule");
+        let path = path.unwrap();
+        assert!(path.group.b_stages.is_empty());
+        assert_eq!((path.ns_per_exit.a, path.ns_per_exit.b), (30_000.0, 0.0));
+        assert!(path.mean_ns.is_none());
+        assert!(super::super::text::render(&doc).contains("B: none in its runs"));
+    }
+
+    fn cut_note_of(doc: &DiffDocument) -> String {
+        crate::diff::verdict::cut_note(doc)
+    }
+
+    #[test]
+    fn one_run_a_side_cannot_tell_a_change_from_noise_unless_it_doubles() {
+        let one = |mm: f64| runs(&[&tracepoint_cut(mm)]);
+        let doc = DiffDocument::new(&one(1_000.0), &one(1_500.0));
+        assert_eq!(doc.noise.method, "factor");
+        assert!(!doc.changed && doc.rows.iter().all(|r| r.ns_per_exit.interval.is_none()));
+        assert!(
+            doc.verdict.contains(
+                "+500ns (+10%): with one run a side this cannot be told from run-to-run noise \
+                 (without 3 runs a side, only a change past 2x either way, by 10% of the whole \
+                 exit or more, can)"
+            ),
+            "{}",
+            doc.verdict
+        );
+        let doc = DiffDocument::new(&one(1_000.0), &one(8_000.0));
+        let mm = &doc.rows[2];
+        assert_eq!((mm.ns_per_exit.beyond_noise, mm.ns_per_exit.interval), (Some(true), None));
+        // The whole exit grows 2.4x, the stage 8x.
+        assert!(
+            doc.verdict.contains(
+                "more than 2x either way, beyond what runs of one workload differ by; with one \
+                 run a side there is no interval"
+            ) && doc.verdict.contains("perf_event_exit_task…exit_thread +7.0µs (+700%)"),
+            "{}",
+            doc.verdict
+        );
+        assert_eq!(mm.p99_ns.as_ref().unwrap().beyond_noise, None);
+    }
+
+    #[test]
+    fn time_off_a_cpu_is_not_judged_from_one_run_a_side() {
+        let blocked = |off: f64| {
+            let mut doc = document(100, &tracepoint_cut(1_000.0));
+            for stage in doc["stages"].as_array_mut().unwrap() {
+                stage["off_cpu_share"] = off.into();
+            }
+            vec![("run.json".to_owned(), view(&doc))]
+        };
+        let doc = DiffDocument::new(&blocked(0.1), &blocked(0.9));
+        let exit = &doc.rows[0];
+        assert_eq!(exit.ns_per_exit.beyond_noise, None);
+        assert_eq!(exit.off_cpu_ns_per_exit.beyond_noise, None);
+        assert_eq!(exit.on_cpu_ns_per_exit.beyond_noise, Some(true));
+        assert!(doc.verdict.contains("it is mostly time off a CPU"), "{}", doc.verdict);
+    }
+
+    #[test]
+    fn stacks_are_compared_per_exit_by_row() {
+        let with_stacks = |blocked_ns: f64, sampled_ns: f64| {
+            let mut doc = document(100, &tracepoint_cut(1_000.0));
+            doc["blocked_in"] = serde_json::json!([
+                {"stage": "perf_event_exit_task…exit_thread", "stack": ["down_read", "exit_mm"],
+                 "blocks": 3, "walked_ns": 1, "est_ns": blocked_ns, "share": 0.5},
+            ]);
+            doc["stages"][2]["on_cpu_in"] = serde_json::json!([
+                {"stack": ["unmap_vmas", "exit_mmap"], "samples": 4, "share": 1.0, "est_ns": sampled_ns},
+            ]);
+            ("run.json".to_owned(), view(&doc))
+        };
+        let a = [with_stacks(10_000.0, 50_000.0), with_stacks(30_000.0, 50_000.0)];
+        let b = [with_stacks(100_000.0, 20_000.0)];
+        let doc = DiffDocument::new(&a, &b);
+        let blocked = &doc.blocked_in[0];
+        assert_eq!(blocked.row, "perf_event_exit_task…exit_thread");
+        assert_eq!((blocked.a_ns_per_exit, blocked.b_ns_per_exit), (200.0, 1_000.0));
+        assert_eq!(doc.on_cpu_in[0].delta_ns_per_exit, -300.0);
+    }
+}

@@ -1,0 +1,81 @@
+//! `exitprof diff`: compares saved runs, side A (the baseline) against side B, row by row of the
+//! exit's stages. The run is the unit of noise: with 3 or more runs a side, each change has an
+//! interval from the runs; with fewer, only a change far beyond what runs differ by counts.
+//! Sides that cut the exit differently are compared by the kernel code their stages cover.
+//!
+//! It reads saved runs only: it must not import `cli` or `present` (which prints and exports
+//! what it found), nor load, attach or read the eBPF object.
+
+mod document;
+mod input;
+mod matching;
+mod noise;
+mod svg;
+mod text;
+mod verdict;
+
+pub use input::Input;
+
+use crate::{
+    base::UsageError,
+    diff::document::DiffDocument,
+    export::{self, ExportTarget, Format},
+};
+
+/// What one diff is asked to do, read from the command line.
+pub struct DiffRequest {
+    /// Side A's runs (the baseline) and side B's.
+    pub a: Vec<Input>,
+    pub b: Vec<Input>,
+    /// Print the document as JSON instead of the tables.
+    pub json: bool,
+    pub exports: Vec<ExportTarget>,
+}
+
+/// The export formats of a diff: its document and its figure.
+pub const EXPORT_FORMATS: [Format; 2] = [Format::Json, Format::Svg];
+
+/// A finished diff: the report to print and the exports to write.
+pub struct DiffReport {
+    pub text: String,
+    exports: Vec<(ExportTarget, Vec<u8>)>,
+}
+
+/// Reads both sides and compares them. Any input that is not a saved run fails here, before
+/// anything is printed or written.
+pub fn diff(request: &DiffRequest) -> anyhow::Result<DiffReport> {
+    for target in &request.exports {
+        export::check_writable(&target.path)?;
+    }
+    let read = |inputs: &[Input]| -> Result<Vec<_>, UsageError> {
+        inputs.iter().map(|i| Ok((i.path().display().to_string(), i.read()?))).collect()
+    };
+    let (a, b) = (read(&request.a)?, read(&request.b)?);
+    let doc = DiffDocument::new(&a, &b);
+    let document = format!("{}\n", serde_json::to_string_pretty(&doc)?);
+    let exports = request
+        .exports
+        .iter()
+        .map(|target| {
+            let bytes = match target.format {
+                Format::Svg => svg::encode(&doc).map_err(|source| export::ExportError::Encode {
+                    path: target.path.clone(),
+                    format: target.format,
+                    source,
+                })?,
+                _ => document.clone().into_bytes(),
+            };
+            Ok((target.clone(), bytes))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let text = if request.json { document } else { text::render(&doc) };
+    Ok(DiffReport { text, exports })
+}
+
+impl DiffReport {
+    /// Writes one of the request's exports, encoded already.
+    pub fn write(&self, target: &ExportTarget) -> Result<(), export::ExportError> {
+        let bytes = self.exports.iter().find(|(t, _)| t == target).map(|(_, b)| b.as_slice());
+        export::write_encoded(target, bytes.unwrap_or_default())
+    }
+}

@@ -1,0 +1,183 @@
+//! Whose exits: exits split by workload — the cgroup they ran in (a container, a pod, a
+//! service, named from the cgroup's path) or their process's name — into a bounded number of
+//! groups, each with its whole exit's latencies and its stages' series.
+
+pub mod cgroup_paths;
+pub mod cgroupfs;
+pub mod naming;
+
+use std::{
+    borrow::Cow,
+    collections::{BTreeMap, HashMap},
+    time::Duration,
+};
+
+use serde::{Deserialize, Serialize};
+
+use self::cgroup_paths::CgroupPaths;
+use crate::analysis::{
+    fixed_buckets::FixedBuckets,
+    histogram::Latency,
+    profile::Profile,
+    records::{Exit, ExitKind},
+    stages::Span,
+};
+
+/// What exits are grouped by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupBy {
+    /// The cgroup (v2) the exiting task was in, named as its container, pod or service.
+    Cgroup,
+    /// The name (comm) of the exiting task's process.
+    Comm,
+}
+
+/// How exits are grouped, and the bounds on the groups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupOptions {
+    pub by: GroupBy,
+    /// Groups kept apart at most; the exits of any other go to [`OTHER`].
+    pub max_groups: usize,
+    /// A group with no exit for this long is dropped, its series with it (`serve`).
+    #[serde(skip)]
+    pub ttl: Option<Duration>,
+}
+
+/// The group of the exits of groups past the bound.
+pub const OTHER: &str = "other";
+
+/// The groups of the exits seen.
+pub struct Groups {
+    options: GroupOptions,
+    by_name: HashMap<String, Group>,
+    /// The paths of the cgroups exits ran in, by id.
+    pub cgroup_paths: CgroupPaths,
+    /// Exits that went to [`OTHER`] because `max_groups` groups were there already.
+    pub overflowed: u64,
+    /// Groups dropped after `ttl` without an exit.
+    pub expired: u64,
+}
+
+/// The exits of one group.
+pub struct Group {
+    /// The whole exit's latencies, all kinds together (percentiles within 1 %).
+    pub exit: Latency,
+    /// The whole exit's and each stage's latencies by kind of exit, in fixed buckets (an
+    /// HdrHistogram per series would cost each group megabytes).
+    pub series: BTreeMap<(ExitKind, String), FixedBuckets>,
+    /// Each stage's time, all kinds together.
+    pub stage_ns: BTreeMap<String, u128>,
+    /// When its last exit ended (the kernel's monotonic clock).
+    pub last_exit_ns: u64,
+}
+
+impl Default for Group {
+    fn default() -> Self {
+        Self {
+            exit: Latency::coarse(),
+            series: BTreeMap::new(),
+            stage_ns: BTreeMap::new(),
+            last_exit_ns: 0,
+        }
+    }
+}
+
+impl Group {
+    /// The stage (not the whole exit) that holds the most of the group's time, with its share
+    /// of the whole exits' time.
+    pub fn top_stage(&self) -> Option<(&str, f64)> {
+        let (name, &ns) = self.stage_ns.iter().max_by_key(|(_, ns)| **ns)?;
+        let whole = self.exit.total_ns;
+        Some((name, if whole == 0 { 0.0 } else { ns as f64 / whole as f64 }))
+    }
+}
+
+impl Groups {
+    pub fn new(options: GroupOptions) -> Self {
+        Self {
+            options,
+            by_name: HashMap::new(),
+            cgroup_paths: CgroupPaths::default(),
+            overflowed: 0,
+            expired: 0,
+        }
+    }
+
+    pub fn options(&self) -> GroupOptions {
+        self.options
+    }
+
+    /// Folds one exit in, as `profile` cut it into `spans`.
+    pub fn add(&mut self, exit: &Exit, profile: &Profile, spans: &[Span]) {
+        let name = self.group_of(exit);
+        let full = self.by_name.len() >= self.options.max_groups;
+        let group = match self.by_name.get_mut(name.as_ref()) {
+            Some(group) => group,
+            None if full && name != OTHER => {
+                self.overflowed += 1;
+                self.by_name.entry(OTHER.to_owned()).or_default()
+            }
+            None => self.by_name.entry(name.into_owned()).or_default(),
+        };
+        let kind = exit.kind();
+        let ns = exit.duration_ns();
+        group.exit.record_waits(ns, exit.off_cpu_ns(), exit.runq_ns());
+        let whole = profile.whole_exit_series(exit);
+        group.series.entry((kind, whole.into_owned())).or_default().record(ns);
+        // A stage can occur more than once in an exit: one value per stage, as the profile has.
+        let mut per_stage: BTreeMap<&str, u64> = BTreeMap::new();
+        for span in spans {
+            if let Some((stage, _)) = profile.stage(span.stage) {
+                *per_stage.entry(&stage.name).or_default() += span.ns;
+            }
+        }
+        for (stage, ns) in per_stage {
+            group.series.entry((kind, stage.to_owned())).or_default().record(ns);
+            *group.stage_ns.entry(stage.to_owned()).or_default() += u128::from(ns);
+        }
+        group.last_exit_ns = group.last_exit_ns.max(exit.end_ns());
+    }
+
+    /// The group an exit belongs to, by name.
+    fn group_of(&self, exit: &Exit) -> Cow<'static, str> {
+        match self.options.by {
+            GroupBy::Comm => {
+                let name = if exit.process_comm.is_known() { exit.process_comm } else { exit.comm };
+                Cow::Owned(if name.is_known() { name.to_string() } else { "?".to_owned() })
+            }
+            GroupBy::Cgroup => Cow::Owned(self.cgroup_paths.workload(exit.cgroup_id)),
+        }
+    }
+
+    /// Drops the groups whose last exit ended more than the time to live before `now_ns` (the
+    /// kernel's monotonic clock); returns how many.
+    pub fn expire(&mut self, now_ns: u64) -> usize {
+        let Some(ttl) = self.options.ttl else { return 0 };
+        let before = self.by_name.len();
+        let ttl_ns = u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX);
+        self.by_name.retain(|_, g| g.last_exit_ns.saturating_add(ttl_ns) >= now_ns);
+        let expired = before - self.by_name.len();
+        self.expired += expired as u64;
+        expired
+    }
+
+    /// The groups, the slowest (by whole-exit p99) first.
+    pub fn by_p99(&self) -> Vec<(&str, &Group)> {
+        let mut groups: Vec<(&str, &Group)> =
+            self.by_name.iter().map(|(name, g)| (name.as_str(), g)).collect();
+        groups.sort_by_key(|(name, g)| {
+            (std::cmp::Reverse(g.exit.hist.value_at_quantile(0.99)), *name)
+        });
+        groups
+    }
+
+    /// The groups by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Group)> {
+        self.by_name.iter().map(|(name, g)| (name.as_str(), g))
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+}

@@ -1,0 +1,148 @@
+//! A run kept in a file (`exitprof record -o FILE`) and read back (`exitprof report FILE`): the
+//! raw records in the order they came from the kernel, with the rest of what the run's outcome
+//! is made of (`contents`), in a versioned, compressed file (`container`). Read back, the same
+//! records are folded into a new session and the outcome is made from it by the code a live run
+//! uses, on any machine: the report of a file is the report its run printed; or of only some
+//! of its exits (`selection`).
+
+mod container;
+mod contents;
+pub mod selection;
+pub mod view;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+
+pub use self::container::{Kind, MAGIC, ReadError};
+use self::{
+    container::{Reader, Writer},
+    contents::{Closing, Opening},
+    selection::{ExitFilter, Selected, Selection},
+};
+use crate::{
+    analysis::session::Session,
+    base::atomic_file,
+    kernel::kallsyms::Kallsyms,
+    run::{RunOutcome, RunSetup},
+};
+
+/// Checks, before anything runs, that a record can be written to `path`.
+pub fn check_writable(path: &Path) -> anyhow::Result<()> {
+    atomic_file::check_writable(path)
+        .map_err(|why| anyhow::anyhow!("cannot record to {}: {why}", path.display()))
+}
+
+/// A record file being written through a run, in place once the run is over.
+pub struct Recorder {
+    file: Writer,
+    path: PathBuf,
+}
+
+impl Recorder {
+    /// Begins the record file at `path` with the run's setup.
+    pub fn create(path: &Path, setup: &RunSetup) -> anyhow::Result<Self> {
+        let mut file =
+            Writer::create(path).with_context(|| format!("recording to {}", path.display()))?;
+        file.frame(Kind::Opening, &serde_json::to_vec(&Opening::new(setup))?);
+        Ok(Self { file, path: path.to_owned() })
+    }
+
+    /// Keeps one raw record.
+    pub fn keep(&mut self, kind: Kind, bytes: &[u8]) {
+        self.file.frame(kind, bytes);
+    }
+
+    /// Ends the file with how the run ended and the kernel symbols its stacks lie in
+    /// ([`Kallsyms::symbols_of`]), and puts it in place.
+    pub fn finish(
+        mut self,
+        outcome: &RunOutcome,
+        symbols: Vec<(u64, String)>,
+    ) -> anyhow::Result<()> {
+        let closing = Closing::new(outcome, symbols);
+        self.file.frame(Kind::Closing, &serde_json::to_vec(&closing)?);
+        self.file.commit().with_context(|| format!("writing the record {}", self.path.display()))
+    }
+}
+
+/// The outcome of the run recorded in the file at `path`.
+pub fn replay(path: &Path) -> Result<RunOutcome, ReadError> {
+    // The whole file is checked first: a damaged one is refused before any of its records is
+    // folded (with a warning for each record the damage made undecodable).
+    let (opening, _) = read(path, |_, _| {})?;
+    fold(path, opening, |_, _| true)
+}
+
+/// The outcome of the run recorded at `path` made of the exits `filter` keeps, their stacks and
+/// the deferred work that joins them. Its losses, and what its workload did (its elapsed, user
+/// and sys time), are the whole run's: which exits were lost cannot be told.
+pub fn replay_selected(path: &Path, filter: ExitFilter) -> Result<RunOutcome, ReadError> {
+    let whole = replay(path)?;
+    let mut selection = Selection::new(filter);
+    let (opening, _) = read(path, |kind, bytes| {
+        if kind == Kind::Exit {
+            selection.note_exit(bytes);
+        }
+    })?;
+    if filter.comm.is_some() && selection.named == 0 && whole.profile.exits > 0 {
+        return Err(ReadError::Unnamed);
+    }
+    let mut outcome = fold(path, opening, |kind, bytes| match kind {
+        Kind::Exit => selection.keeps_exit(bytes),
+        Kind::Stack => selection.keeps_stack(bytes),
+        Kind::Deferred | Kind::Cgroup | Kind::Opening | Kind::Closing => true,
+    })?;
+    outcome.losses = whole.losses;
+    // What the run expected is of all its exits.
+    outcome.expected_exits = None;
+    outcome.selected = Some(Selected { filter, exits_in_run: whole.profile.exits });
+    Ok(outcome)
+}
+
+/// Folds the records of the file at `path` that `keep` keeps into the outcome of its run.
+fn fold(
+    path: &Path,
+    opening: Opening,
+    keep: impl Fn(Kind, &[u8]) -> bool,
+) -> Result<RunOutcome, ReadError> {
+    let setup = opening.setup().map_err(ReadError::Damaged)?;
+    let mut session = Session::new(&setup.plan, setup.groups);
+    session.begin_run(setup.epoch);
+    let (_, closing) = read(path, |kind, bytes| match kind {
+        _ if !keep(kind, bytes) => {}
+        Kind::Exit => session.exit_record(bytes),
+        Kind::Deferred => session.deferred_record(bytes),
+        Kind::Stack => session.stack_record(bytes),
+        Kind::Cgroup => session.cgroup_record(bytes),
+        Kind::Opening | Kind::Closing => unreachable!("records only"),
+    })?;
+    let (end, own_cost, symbols) = closing.end();
+    Ok(RunOutcome::of(setup, session, end, &Kallsyms::of_symbols(&symbols), || own_cost))
+}
+
+/// Reads a record file whole, handing each raw record to `record` in order; returns its opening
+/// and closing.
+fn read(path: &Path, mut record: impl FnMut(Kind, &[u8])) -> Result<(Opening, Closing), ReadError> {
+    let damaged = |why: String| ReadError::Damaged(why);
+    let mut file = Reader::open(path)?;
+    let opening = match file.next()? {
+        Some((Kind::Opening, json)) => parse(json, "opening")?,
+        Some((kind, _)) => return Err(damaged(format!("its first frame is {kind:?}"))),
+        None => return Err(ReadError::Truncated),
+    };
+    let closing = loop {
+        match file.next()? {
+            Some((Kind::Closing, json)) => break parse(json, "closing")?,
+            Some((Kind::Opening, _)) => return Err(damaged("a second opening".to_owned())),
+            Some((kind, bytes)) => record(kind, bytes),
+            None => return Err(ReadError::Truncated),
+        }
+    };
+    file.finish()?;
+    Ok((opening, closing))
+}
+
+fn parse<'a, T: serde::Deserialize<'a>>(json: &'a [u8], frame: &str) -> Result<T, ReadError> {
+    serde_json::from_slice(json).map_err(|e| ReadError::Damaged(format!("its {frame}: {e}")))
+}

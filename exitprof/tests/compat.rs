@@ -1,0 +1,84 @@
+//! The compat eBPF object (for kernels without task storage in tracing programs, `bpf_loop`,
+//! BPF `cmpxchg`, `bpf_get_current_task_btf` or `sched_switch`'s `prev_state`), forced on the
+//! running kernel: it accounts every exit, and measures what the default object measures.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::support::{attach_mode, c_program, exitprof, num, require_root};
+
+/// `exitprof --json ARGS` in the attach mode under test, with the compat object forced or not.
+fn run(args: &[&str], compat: bool) -> Value {
+    let mut cmd: Command = exitprof();
+    cmd.args(["--json", "--attach", &attach_mode()]).args(args);
+    if compat {
+        cmd.env("EXITPROF_COMPAT", "1");
+    } else {
+        cmd.env_remove("EXITPROF_COMPAT");
+    }
+    let out = cmd.output().expect("exitprof starts");
+    assert!(
+        out.status.success(),
+        "exitprof {args:?} (compat {compat}) failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("a JSON document");
+    // Unforced, the kernel's own choice: the compat object too where it lacks what the default
+    // one needs (5.10 to 5.17).
+    if compat {
+        assert_eq!(doc["object"]["name"], "compat", "{}", doc["object"]);
+    }
+    doc
+}
+
+#[test]
+fn the_compat_object_accounts_every_exit_and_stages_sum_to_it() {
+    require_root();
+    let doc = run(&["--threads", "1000", "--reps", "4", "--stagger-us", "0"], true);
+    assert_eq!(doc["object"]["follow"], "pid_hash");
+    let (expected, recorded, lost) =
+        (num(&doc, "exits_expected"), num(&doc, "exits_recorded"), num(&doc, "lost"));
+    assert_eq!(recorded + lost, expected, "{}", doc["losses"]);
+    let stages = doc["stages"].as_array().unwrap();
+    let exit_total = num(&stages[0], "total_ns");
+    let stage_total: f64 = stages[1..].iter().map(|s| num(s, "total_ns")).sum();
+    let truncated = num(&doc, "truncated");
+    assert!(
+        truncated > 0.0 || (stage_total - exit_total).abs() <= 1_000.0 * recorded,
+        "stages sum to {stage_total} ns, the exits to {exit_total} ns"
+    );
+}
+
+/// Exits held by their tracer, profiled with each object in turn: the same stage blamed, the
+/// same off-CPU share there, the same place named. The hold (100 ms) dwarfs what the probes
+/// themselves cost an exit under emulation (milliseconds, more with the compat object's helper
+/// reads), and the share compared is the held stage's, where that cost does not land.
+#[test]
+fn the_compat_object_measures_what_the_default_one_does() {
+    require_root();
+    let program = c_program("exit_stop");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("held");
+    let args = ["--", program.to_str().unwrap(), "100", "3", out.to_str().unwrap()];
+    let (default, compat) = (run(&args, false), run(&args, true));
+    let held = |doc: &Value| {
+        let stage = &doc["blocked_in"][0]["stage"];
+        let row = doc["stages"].as_array().unwrap().iter().find(|s| s["name"] == *stage);
+        let row = row.unwrap_or_else(|| panic!("no stage {stage} in {}", doc["stages"]));
+        num(row, "off_cpu_share")
+    };
+    assert!(
+        (held(&default) - held(&compat)).abs() <= 0.05,
+        "the held stage is {:.3} off-CPU with the default object, {:.3} with the compat one",
+        held(&default),
+        held(&compat)
+    );
+    for doc in [&default, &compat] {
+        assert_eq!(num(doc, "exits_recorded"), 4.0, "{}", doc["losses"]);
+        // `ptrace_stop.part.0` where the compiler split it (6.1).
+        let frame = doc["blocked_in"][0]["stack"][0].as_str().unwrap_or_default();
+        assert!(frame.split('.').next() == Some("ptrace_stop"), "{}", doc["blocked_in"]);
+    }
+    assert_eq!(default["blocked_in"][0]["stage"], compat["blocked_in"][0]["stage"]);
+}
