@@ -117,10 +117,11 @@ mod tests {
         let start = CpuTime::now();
         // Some work of its own, for the clock to see.
         let sum: u64 = (0..20_000_000u64).map(std::hint::black_box).sum();
+        // Resident memory read before the peak: other tests grow the process meanwhile.
+        let rss = resident_bytes().expect("VmRSS");
         let cost = OwnCost::now(CpuTime::now().since(start));
         assert!(sum > 0);
         assert!(cost.peak_rss_bytes.is_some_and(|b| b > 0), "{cost:?}");
-        let rss = resident_bytes().expect("VmRSS");
         assert!(rss > 0 && rss <= cost.peak_rss_bytes.unwrap(), "{rss} {cost:?}");
         let (all, spent) = (cost.cpu.user_s + cost.cpu.sys_s, cost.collecting.user_s);
         assert!(spent > 0.0 && spent <= all, "{cost:?}");

@@ -202,6 +202,18 @@ fn the_grafana_dashboard_charts_what_serve_exports() {
     // latency series labelled with its group, as the workload panels read them).
     let name = task_name("g");
     let served = Served::start(dir.path(), &["--comm", &name, "--group-by", "comm"]);
+    let prometheus = Prometheus::start(dir.path(), served.addr);
+    // Two storms, each of 200 children and their parent, each scraped: the first makes every
+    // series of its exits appear, so that rate() counts the second one's.
+    let recorded = r#"exitprof_exits_recorded_total{job="exitprof"}"#;
+    prometheus.wait_for(recorded, |n| n == 0.0);
+    for storm in 1..=2 {
+        let status = named_storm(dir.path(), &name, &["fork", "--count", "200"]).status().unwrap();
+        assert!(status.success(), "storm {storm} failed: {status}");
+        prometheus.wait_for(recorded, |n| n == f64::from(201 * storm));
+    }
+
+    // Labelled families have no samples before their first exit, so the names are read after.
     let exported = sample_names(&served.get("/metrics", None).body);
     for query in &queries {
         for metric in metric_names(&query.written) {
@@ -212,16 +224,6 @@ fn the_grafana_dashboard_charts_what_serve_exports() {
                 exported.iter().collect::<BTreeSet<_>>()
             );
         }
-    }
-    let prometheus = Prometheus::start(dir.path(), served.addr);
-    // Two storms, each of 200 children and their parent, each scraped: the first makes every
-    // series of its exits appear, so that rate() counts the second one's.
-    let recorded = r#"exitprof_exits_recorded_total{job="exitprof"}"#;
-    prometheus.wait_for(recorded, |n| n == 0.0);
-    for storm in 1..=2 {
-        let status = named_storm(dir.path(), &name, &["fork", "--count", "200"]).status().unwrap();
-        assert!(status.success(), "storm {storm} failed: {status}");
-        prometheus.wait_for(recorded, |n| n == f64::from(201 * storm));
     }
 
     // Every query has a number to show (NaN is none), but those of a panel that says what no
