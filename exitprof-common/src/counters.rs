@@ -52,5 +52,9 @@ pub const MARKS_NOT_PASSED: u32 = 16;
 /// Cgroups made or removed whose path could not be sent (the ring buffer was full): exits in
 /// them are grouped under their cgroup's id, not its name. Not a loss of exits.
 pub const CGROUP_NAMES_LOST: u32 = 17;
+/// Refusals (`STATE_FULL`, `FOLLOW_UNKNOWN`) found at the address of a task other than the one
+/// refused: the refused task was freed without its free being seen. Forgotten when found, so
+/// that the exit now at that address is recorded or counted lost. Not a loss.
+pub const STALE_REFUSALS: u32 = 18;
 /// Number of counters.
-pub const COUNT: u32 = 18;
+pub const COUNT: u32 = 19;

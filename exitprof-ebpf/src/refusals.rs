@@ -5,24 +5,32 @@
 use aya_ebpf::{bindings::BPF_NOEXIST, macros::map, maps::HashMap};
 use exitprof_common::counters;
 
-use crate::{free_watch::watch, helpers::EEXIST, maps::count};
+use crate::{
+    free_watch::{unwatch, watch},
+    helpers::{EEXIST, current_pid},
+    maps::count,
+};
 
-/// Refused exits, by their task's address: the counter they were counted lost under. Refusals
+/// Refused exits, by their task's address: the refused task's pid. An address names a task only
+/// while it lives, and the free that forgets a refusal can go unseen, so the pid tells a refusal
+/// of this exit from one an earlier task at the same address left behind (two live tasks never
+/// share a pid; a dead one's pid and address reused together is beyond a run's reach). Refusals
 /// are rare (the slots are full, or a task's following cannot be decided) and last only while
 /// the exit does; many times the exits that can be in progress at once fit.
 #[map]
 static EXIT_REFUSED: HashMap<u64, u32> = HashMap::with_max_entries(16384, 0);
 
-/// The exit of the task at `address` cannot be recorded, for the reason `cause` counts.
+/// The exit of the current task, at `address`, cannot be recorded, for the reason `cause`
+/// counts.
 #[inline(always)]
 pub fn refuse(address: u64, cause: u32) {
-    match EXIT_REFUSED.insert(address, cause, u64::from(BPF_NOEXIST)) {
+    match EXIT_REFUSED.insert(address, current_pid(), u64::from(BPF_NOEXIST)) {
         Ok(()) => {
             // Its free forgets it (`sched_process_free`).
             watch(address);
             count(cause);
         }
-        // Counted when it was first refused.
+        // Counted when it was first refused ([`was_refused`] clears earlier tasks' refusals).
         Err(e) if e == -EEXIST => {}
         Err(_) => {
             count(cause);
@@ -31,11 +39,21 @@ pub fn refuse(address: u64, cause: u32) {
     }
 }
 
-/// Whether the exit of the task at `address` was refused (and counted) already.
+/// Whether the exit of the current task, at `address`, was refused (and counted) already. A
+/// refusal left at the address by an earlier task is forgotten, and counted under
+/// `STALE_REFUSALS`: believed, it would hide this exit from both the records and the losses.
 #[inline(always)]
 pub fn was_refused(address: u64) -> bool {
-    // SAFETY: the value is not read, only whether there is one.
-    unsafe { EXIT_REFUSED.get(address) }.is_some()
+    // SAFETY: the value is copied out at once.
+    let Some(pid) = (unsafe { EXIT_REFUSED.get(address) }).copied() else { return false };
+    if pid == current_pid() {
+        return true;
+    }
+    if forget(address) {
+        unwatch(address);
+        count(counters::STALE_REFUSALS);
+    }
+    false
 }
 
 /// The task at `address` is freed: its refusal, if it had one, is forgotten. Whether it had one.

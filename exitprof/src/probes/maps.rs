@@ -147,6 +147,10 @@ kernel_losses! {
     /// that ended in this one.
     #[serde(skip)]
     stray_ends => STRAY_ENDS,
+    /// Not a loss: refusals left behind by a task freed unseen, found and forgotten when
+    /// another task's exit came to the same address.
+    #[serde(skip)]
+    stale_refusals => STALE_REFUSALS,
 }
 
 impl KernelLosses {
