@@ -90,7 +90,11 @@ pub enum Command {
     /// Attaches only an empty program to sched_switch until SIGINT or SIGTERM (internal: the
     /// benchmark measures the floor of any program there with it).
     #[command(name = "__floor", hide = true)]
-    Floor,
+    Floor {
+        /// Count the program's runs and run time, and print them as one JSON line at the end.
+        #[arg(long)]
+        bpf_stats: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -532,6 +536,12 @@ pub struct ServeArgs {
     /// seconds, or a number with its unit (90s, 10m, 1h) [default: 10m].
     #[arg(long, value_name = "TIME", value_parser = parse_time, requires = "group_by")]
     pub group_ttl: Option<Duration>,
+    /// Have the kernel count each of exitprof's eBPF programs' runs and run time while serve
+    /// runs, exported as exitprof_bpf_program_runs_total and
+    /// exitprof_bpf_program_run_seconds_total: what exitprof costs the node in the kernel. The
+    /// counting adds two clock reads to every run of every BPF program on the machine.
+    #[arg(long)]
+    pub bpf_stats: bool,
 }
 
 /// `exitprof diff`.
@@ -703,6 +713,7 @@ impl ServeArgs {
             groups: self.groups.options(Some(self.group_ttl.unwrap_or(serve::GROUP_TTL))),
             listen: self.listen,
             ringbuf_bytes: self.ringbuf_bytes,
+            bpf_stats: self.bpf_stats,
         }
     }
 }

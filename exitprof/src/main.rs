@@ -46,7 +46,9 @@ fn main() -> ExitCode {
         Some(Command::Condition(args)) => {
             hold::run(args.condition, args.side, args.options.options(), &args.command)
         }
-        Some(Command::Floor) => base::runtime().and_then(|rt| rt.block_on(probes::floor::hold())),
+        Some(Command::Floor { bpf_stats }) => {
+            base::runtime().and_then(|rt| rt.block_on(probes::floor::hold(bpf_stats)))
+        }
         Some(Command::Compare(args)) => {
             present::compare(&args.request(None), &or_usage(args.run.export_targets()))
         }

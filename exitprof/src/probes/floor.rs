@@ -1,18 +1,24 @@
 //! `exitprof __floor`: an empty program on `sched_switch`, attached alone until SIGINT or
 //! SIGTERM, so that the benchmark can measure what any program there costs every context switch
-//! of the machine, beside what exitprof's own costs.
+//! of the machine, beside what exitprof's own costs: by the time the switches take, and (with
+//! `--bpf-stats`) by the kernel's count of the program's run time.
 
 use anyhow::Context as _;
 use aya::{Btf, EbpfLoader, programs::BtfTracePoint};
 use exitprof_common::names::programs;
 
-use super::load::{OBJECT, ensure_object_embedded};
-use crate::base::signals::Signals;
+use super::{
+    load::{OBJECT, ensure_object_embedded},
+    prog_stats,
+};
+use crate::{base::signals::Signals, run::own_cost::enable_bpf_stats};
 
-/// Attaches the empty program and holds it until SIGINT or SIGTERM.
-pub async fn hold() -> anyhow::Result<()> {
+/// Attaches the empty program and holds it until SIGINT or SIGTERM; with `bpf_stats`, prints
+/// its runs and run time meanwhile as one JSON line (`{"runs":…,"run_ns":…}`).
+pub async fn hold(bpf_stats: bool) -> anyhow::Result<()> {
     ensure_object_embedded()?;
     let mut signals = Signals::new()?;
+    let stats = bpf_stats.then(enable_bpf_stats).transpose()?;
     let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
     let mut ebpf = EbpfLoader::new()
         .btf(Some(&btf))
@@ -28,6 +34,12 @@ pub async fn hold() -> anyhow::Result<()> {
     // The line the benchmark waits for, as for any run that watches.
     eprintln!("exitprof: watching: an empty program on sched_switch, until SIGINT or SIGTERM");
     signals.next().await;
+    if stats.is_some() {
+        use std::os::fd::AsFd as _;
+        let counted = prog_stats::read(program.fd()?.as_fd())
+            .context("reading the empty program's statistics")?;
+        println!("{{\"runs\":{},\"run_ns\":{}}}", counted.runs, counted.run_ns);
+    }
     // Dropping the object detaches the program.
     Ok(())
 }

@@ -74,10 +74,16 @@ fn status_bytes(status: &str, field: &str) -> Option<u64> {
 }
 
 /// The kernel counting the runs and run time of exitprof's programs (--bpf-stats), from
+/// Turns the kernel's BPF run-time statistics on for as long as the descriptor is open (closing
+/// it, even by exitprof dying, turns them back off unless something else holds them on).
+pub fn enable_bpf_stats() -> anyhow::Result<OwnedFd> {
+    aya::sys::enable_stats(aya::sys::Stats::RunTime)
+        .context("enabling BPF run-time statistics (BPF_ENABLE_STATS, Linux 5.8+)")
+}
+
 /// [`CostMeter::start`] to [`CostMeter::stop`].
 pub struct CostMeter {
-    /// Keeps BPF run-time statistics on while open; closing it, even by exitprof dying, turns
-    /// them back off unless something else holds them on.
+    /// Keeps BPF run-time statistics on while open ([`enable_bpf_stats`]).
     _stats: OwnedFd,
     /// Each program's counts when the meter started (zero unless statistics were already on).
     start: Vec<ProgramCost>,
@@ -85,8 +91,7 @@ pub struct CostMeter {
 
 impl CostMeter {
     pub fn start(probes: &Probes) -> anyhow::Result<Self> {
-        let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
-            .context("enabling BPF run-time statistics (BPF_ENABLE_STATS, Linux 5.8+)")?;
+        let stats = enable_bpf_stats()?;
         let start = probes.costs()?;
         Ok(Self { _stats: stats, start })
     }

@@ -97,11 +97,13 @@ fn monotonic_now_ns() -> u64 {
     now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }
 
-/// Collects until a signal (or the `--pid` process's exit), publishing snapshots as it goes.
+/// Collects until a signal (or the `--pid` process's exit), publishing snapshots as it goes;
+/// with `bpf_stats`, each with the programs' runs and run time so far.
 pub async fn collect(
     attached: &mut Attached,
     plan: &Plan,
     groups: Option<GroupOptions>,
+    bpf_stats: bool,
     mut stop: Pin<Box<dyn Future<Output = anyhow::Result<Stop>>>>,
     signals: &mut Signals,
     publish: &watch::Sender<Arc<Snapshot>>,
@@ -126,8 +128,11 @@ pub async fn collect(
                 let losses = folded.losses(probes)?;
                 let expired = folded.groups.as_mut().map(|g| g.expire(monotonic_now_ns()));
                 let state = (folded.profile.exits, losses.by_cause().map(|(_, _, n)| n));
-                if published.as_ref() != Some(&state) || expired.is_some_and(|n| n > 0) {
-                    let snapshot = Snapshot::take(&folded.profile, folded.groups.as_ref(), losses);
+                // The programs' counts move with every context switch: always new.
+                if bpf_stats || published.as_ref() != Some(&state) || expired.is_some_and(|n| n > 0) {
+                    let costs = if bpf_stats { probes.costs()? } else { Vec::new() };
+                    let snapshot =
+                        Snapshot::take(&folded.profile, folded.groups.as_ref(), losses, costs);
                     publish.send_replace(Arc::new(snapshot));
                     published = Some(state);
                 }

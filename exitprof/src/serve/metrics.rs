@@ -4,8 +4,9 @@
 
 use crate::{
     analysis::{fixed_buckets::FixedBuckets, profile::Profile, records::ExitKind},
-    export::prom::{LATENCY, LOSSES, LOSSES_HELP, TextFormat, Writer},
+    export::prom::{LATENCY, LOSSES, LOSSES_HELP, TextFormat, Writer, seconds},
     groups::Groups,
+    probes::load::ProgramCost,
     run::{Losses, own_cost},
 };
 
@@ -17,6 +18,8 @@ pub struct Snapshot {
     /// Where exits are grouped: the groups kept, the exits that went to `other` past the bound,
     /// and the groups dropped after their time to live.
     pub groups: Option<GroupCounts>,
+    /// Each program's runs and run time, with `--bpf-stats`; empty without.
+    pub programs: Vec<ProgramCost>,
 }
 
 pub struct GroupCounts {
@@ -35,7 +38,12 @@ pub struct StageSeries {
 
 impl Snapshot {
     /// The series of the whole machine's exits, or, where they are grouped, of each group's.
-    pub fn take(profile: &Profile, groups: Option<&Groups>, losses: Losses) -> Self {
+    pub fn take(
+        profile: &Profile,
+        groups: Option<&Groups>,
+        losses: Losses,
+        programs: Vec<ProgramCost>,
+    ) -> Self {
         let series = match groups {
             None => profile
                 .latencies_by_kind()
@@ -63,7 +71,7 @@ impl Snapshot {
             overflowed: g.overflowed,
             expired: g.expired,
         });
-        Self { series, exits_recorded: profile.exits, losses, groups }
+        Self { series, exits_recorded: profile.exits, losses, groups, programs }
     }
 }
 
@@ -129,6 +137,7 @@ pub fn render(snapshot: &Snapshot, labels: &Labels, format: TextFormat) -> Vec<u
             out.sample(name, &common, &[], value);
         }
     }
+    render_programs(&mut out, &snapshot.programs, &common);
 
     let cpu = own_cost::CpuTime::now();
     let cpu_total = "process_cpu_seconds_total";
@@ -140,6 +149,28 @@ pub fn render(snapshot: &Snapshot, labels: &Labels, format: TextFormat) -> Vec<u
         out.sample(rss, &[], &[], bytes);
     }
     out.finish()
+}
+
+/// Each program's runs and run time (`--bpf-stats`): what exitprof costs the node in the kernel.
+fn render_programs(out: &mut Writer, programs: &[ProgramCost], common: &[(&str, String)]) {
+    if programs.is_empty() {
+        return;
+    }
+    let runs = "exitprof_bpf_program_runs_total";
+    out.family(runs, "counter", "Runs of each of exitprof's eBPF programs (--bpf-stats).");
+    for p in programs {
+        out.sample(runs, common, &[("program", &p.program)], p.runs);
+    }
+    let time = "exitprof_bpf_program_run_seconds_total";
+    out.family(
+        time,
+        "counter",
+        "CPU time in each of exitprof's eBPF programs, in seconds, as the kernel's BPF \
+         statistics count it (--bpf-stats).",
+    );
+    for p in programs {
+        out.sample(time, common, &[("program", &p.program)], seconds(u128::from(p.run_ns)));
+    }
 }
 
 #[cfg(test)]
@@ -171,7 +202,14 @@ mod tests {
         let mut losses = Losses { undecodable: 2, ..Losses::default() };
         losses.kernel.ringbuf_full = 3;
         let groups = Some(GroupCounts { kept: 1, overflowed: 4, expired: 6 });
-        Snapshot { series, exits_recorded: 5, losses, groups }
+        let programs = ["sched_switch", "sched_process_exit"]
+            .map(|program| ProgramCost {
+                program: program.to_owned(),
+                runs: 4,
+                run_ns: 1_500_000_250,
+            })
+            .into();
+        Snapshot { series, exits_recorded: 5, losses, groups, programs }
     }
 
     /// Both formats parse, with every family typed and every sample labelled as served.
@@ -236,6 +274,12 @@ mod tests {
         assert_eq!(counter("exitprof_losses").iter_samples().count(), causes);
         assert_eq!(counter("exitprof_group_overflow_exits").iter_samples().count(), 1);
         assert_eq!(counter("process_cpu_seconds").iter_samples().count(), 1);
+        assert_eq!(counter("exitprof_bpf_program_runs").iter_samples().count(), 2);
+        for sample in counter("exitprof_bpf_program_run_seconds").iter_samples() {
+            let PrometheusValue::Counter(c) = &sample.value else { panic!("not a counter") };
+            assert_eq!(c.value.as_f64(), 1.50000025);
+            assert!(sample.get_labelset().unwrap().get_label_value("program").is_some());
+        }
         let rss = &exposition.families["process_resident_memory_bytes"];
         assert_eq!(rss.family_type, PrometheusType::Gauge);
     }

@@ -29,6 +29,7 @@ use crate::{
     profiled::Target,
     run::{
         Losses, RunRequest,
+        own_cost::enable_bpf_stats,
         start::{Attached, bump_memlock, load_options, plan_for, preflight, prepare, start},
     },
 };
@@ -47,6 +48,8 @@ pub struct ServeRequest {
     pub ringbuf_bytes: Option<u32>,
     /// Split the exits by workload, each group a label of the series.
     pub groups: Option<GroupOptions>,
+    /// Count exitprof's programs' runs and run time, and export them.
+    pub bpf_stats: bool,
 }
 
 /// How long a group of exits keeps its series without an exit, by default.
@@ -64,7 +67,7 @@ pub fn serve(request: ServeRequest) -> anyhow::Result<()> {
 async fn run(request: ServeRequest) -> anyhow::Result<()> {
     // First, as in a run: a signal while loading ends serve by the normal path.
     let mut signals = Signals::new()?;
-    let ServeRequest { target, probes, listen, ringbuf_bytes, groups } = request;
+    let ServeRequest { target, probes, listen, ringbuf_bytes, groups, bpf_stats } = request;
     let run = RunRequest {
         target,
         // Sampling and block stacks feed tables that grow with the stacks seen: not in serve.
@@ -85,12 +88,15 @@ async fn run(request: ServeRequest) -> anyhow::Result<()> {
     bump_memlock();
     let (facts, plan) = plan_for(&run.target, run.probes)?;
     let mut attached = Attached::new(&plan, &facts, load_options(&prepared, &run))?;
+    // Held until serve ends (or dies: the kernel turns the statistics off with the descriptor).
+    let _stats = bpf_stats.then(enable_bpf_stats).transpose()?;
     let labels = Arc::new(Labels { kernel: plan.kernel.clone(), attach: plan.mode.to_string() });
     // The whole exit's series, at zero, from the first scrape on: a rate over a window that
     // starts before the first exit then counts every exit. Where exits are grouped, no group
     // has series before its first exit, and the groups' counters start at zero.
     let no_groups = groups.map(Groups::new);
-    let empty = Snapshot::take(&Profile::new(&plan), no_groups.as_ref(), Losses::default());
+    let empty =
+        Snapshot::take(&Profile::new(&plan), no_groups.as_ref(), Losses::default(), Vec::new());
     let (publish, snapshots) = watch::channel(Arc::new(empty));
     // Serve is one run, for as long as it serves.
     attached.begin_run()?;
@@ -99,8 +105,16 @@ async fn run(request: ServeRequest) -> anyhow::Result<()> {
     let server = tokio::spawn(http::serve(listener, http::router(snapshots, labels)));
     eprintln!("exitprof: serving metrics on http://{listen}/metrics");
 
-    let ended =
-        collect::collect(&mut attached, &plan, groups, started.stop, &mut signals, &publish).await;
+    let ended = collect::collect(
+        &mut attached,
+        &plan,
+        groups,
+        bpf_stats,
+        started.stop,
+        &mut signals,
+        &publish,
+    )
+    .await;
     server.abort();
     attached.detach();
     match ended? {

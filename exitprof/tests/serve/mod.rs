@@ -457,3 +457,59 @@ fn a_watched_process_that_exits_ends_serve() {
     assert!(status.success(), "serve ended {status} after its process:\n{stderr}");
     assert!(stderr.contains("the watched process exited"), "{stderr}");
 }
+
+/// `--bpf-stats` exports what each program cost in the kernel, counted while serve runs: the
+/// exit programs ran at least once per exit of a storm, for a measured time, and the counting
+/// stops with serve. Without it, no such series.
+#[test]
+fn bpf_stats_export_each_programs_runs_and_time() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let name = task_name("b");
+    let stats_before = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap();
+    let served = Served::start(dir.path(), &["--comm", &name, "--bpf-stats"]);
+    let storm = KilledOnDrop::new(
+        named_storm(dir.path(), &name, &["threads", "--threads", "100", "--reps", "10"])
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_storm(storm);
+    let expected = f64::from(100 * 10 + 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while served.figure("exitprof_exits_recorded_total")
+        + served.figure("exitprof_exits_lost_total")
+        < expected
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // serve publishes its counts once a second.
+    std::thread::sleep(Duration::from_millis(1500));
+    let body = served.get("/metrics", None).body;
+    let program = |family: &str, program: &str| -> f64 {
+        let label = format!("program=\"{program}\"");
+        let line = body
+            .lines()
+            .find(|l| l.starts_with(family) && l.contains(&label))
+            .unwrap_or_else(|| panic!("no {family} of {program} in /metrics:\n{body}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let runs = program("exitprof_bpf_program_runs_total", "sched_process_exit");
+    let seconds = program("exitprof_bpf_program_run_seconds_total", "sched_process_exit");
+    eprintln!("sched_process_exit: {runs} runs, {:.0} ns each", seconds * 1e9 / runs);
+    // It runs for every exit of the machine, the storm's among them.
+    assert!(runs >= expected, "{runs} runs of sched_process_exit for {expected} exits");
+    assert!(seconds > 0.0 && seconds * 1e9 / runs < 1e6, "{seconds} s for {runs} runs");
+    assert!(program("exitprof_bpf_program_runs_total", "sched_switch") > runs);
+    served.signal(libc::SIGINT);
+    let (status, stderr) = served.finish();
+    assert!(status.success(), "serve ended {status} on SIGINT:\n{stderr}");
+    let stats_after = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap();
+    assert_eq!(stats_after, stats_before, "BPF statistics left as serve found them");
+
+    let plain = Served::start(dir.path(), &["--comm", &name]);
+    let body = plain.get("/metrics", None).body;
+    assert!(!body.contains("exitprof_bpf_program"), "statistics served without --bpf-stats");
+    plain.signal(libc::SIGINT);
+    assert!(plain.finish().0.success());
+}
