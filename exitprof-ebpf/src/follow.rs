@@ -185,6 +185,13 @@ fn add_heirs(n: u64) {
     }
 }
 
+/// Whether any mark waits in `HEIRS`.
+#[inline(always)]
+fn heirs_waiting() -> bool {
+    // SAFETY: an array slot; an aligned 8-byte load is atomic.
+    HEIRS_WAITING.get_ptr(0).is_some_and(|n| unsafe { core::ptr::read_volatile(n) } != 0)
+}
+
 #[inline(always)]
 fn remove_heir(signal: u64) {
     if HEIRS.remove(signal).is_ok() {
@@ -197,10 +204,7 @@ fn remove_heir(signal: u64) {
 /// could have the same `signal` address).
 #[inline(always)]
 pub fn forget_heir(task: Task) {
-    // SAFETY: an array slot; an aligned 8-byte load is atomic.
-    let waiting =
-        HEIRS_WAITING.get_ptr(0).is_some_and(|n| unsafe { core::ptr::read_volatile(n) } != 0);
-    if waiting
+    if heirs_waiting()
         && group_live(task) == Some(0)
         && let Some(signal) = signal_of(task)
     {
@@ -212,6 +216,10 @@ pub fn forget_heir(task: Task) {
 /// finished an exec; if it took its process over from a marked leader, it takes the mark too.
 #[btf_tracepoint]
 pub fn sched_process_exec(ctx: BtfTracePointContext) -> i32 {
+    // Most execs of the machine come while no mark waits: one shared word read, no lookup.
+    if !heirs_waiting() {
+        return 0;
+    }
     let task: Task = ctx.arg(0);
     let old_pid: u32 = ctx.arg(1);
     let Some(signal) = signal_of(task) else { return 0 };
