@@ -53,6 +53,10 @@ enum Task {
     /// exits, its eBPF programs' run time per exit, the highest exit rate it records without
     /// loss, its CPU time and memory; compares each with its target; writes target/bench.json.
     Bench(overhead::BenchArgs),
+    /// Prices what an always-on `exitprof serve --all` costs a node (ns per context switch, ns
+    /// per exit) and checks the formula on a minute of mixed load; writes
+    /// target/always-on.json.
+    BenchAlwaysOn(overhead::AlwaysOnArgs),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +70,7 @@ fn main() -> ExitCode {
         Task::BenchDriver(args) => bench::bench_driver(&args),
         Task::BenchScale(args) => bench_scale::bench_scale(&args),
         Task::Bench(args) => overhead::bench(&args),
+        Task::BenchAlwaysOn(args) => overhead::bench_always_on(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

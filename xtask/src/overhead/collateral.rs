@@ -9,6 +9,7 @@
 
 use std::path::Path;
 
+use anyhow::Context as _;
 use serde::Serialize;
 
 use super::{
@@ -68,6 +69,10 @@ pub struct CollateralReport {
     /// `sched_switch` when nothing exits: what the kernel's BPF statistics counted during one
     /// more ping-pong, in ns per run.
     pub idle_sched_switch_ns_per_run: Option<f64>,
+    /// An empty program on `sched_switch`, counted alike during one more ping-pong: the floor
+    /// of any program run there (the tracepoint's dispatch, the program's call, the
+    /// statistics' own clock reads).
+    pub empty_program_ns_per_run: f64,
 }
 
 /// The three ways each workload runs.
@@ -121,7 +126,7 @@ pub fn measure_all(
         for side in rotation(round, &[Side::Without, Side::Floor, Side::With]) {
             let attached = match side {
                 Side::Without => None,
-                Side::Floor => Some(exitprof.attach_floor()?),
+                Side::Floor => Some(exitprof.attach_floor(&[])?),
                 Side::With => Some(exitprof.attach_elsewhere(&[])?),
             };
             for (w, samples) in workloads.iter().zip(samples[side as usize].iter_mut()) {
@@ -157,7 +162,23 @@ pub fn measure_all(
         attached_to: format!("--comm {NOBODY}"),
         workloads: results,
         idle_sched_switch_ns_per_run: idle_sched_switch(exitprof, &workloads[0])?,
+        empty_program_ns_per_run: empty_program(exitprof, &workloads[0])?,
     })
+}
+
+/// The empty `sched_switch` program's ns per run while the ping-pong switches.
+fn empty_program(exitprof: &Exitprof, pingpong: &Workload) -> anyhow::Result<f64> {
+    #[derive(serde::Deserialize)]
+    struct Counted {
+        runs: u64,
+        run_ns: u64,
+    }
+    let floor = exitprof.attach_floor(&["--bpf-stats"])?;
+    pingpong.run()?;
+    let out = floor.stop()?;
+    let counted: Counted = serde_json::from_str(out.trim())
+        .with_context(|| format!("reading the empty program's statistics from {out:?}"))?;
+    Ok(counted.run_ns as f64 / counted.runs as f64)
 }
 
 /// `sched_switch`'s ns per run while the ping-pong switches and nothing exits.

@@ -203,8 +203,8 @@ impl Exitprof {
 
     /// Only an empty program on `sched_switch`, attached in the background (`exitprof
     /// __floor`): the floor of any program there.
-    pub fn attach_floor(&self) -> anyhow::Result<Background> {
-        Background::start(Command::new(&self.binary).arg("__floor"), WATCHING)
+    pub fn attach_floor(&self, extra: &[&str]) -> anyhow::Result<Background> {
+        Background::start(Command::new(&self.binary).arg("__floor").args(extra), WATCHING)
     }
 }
 

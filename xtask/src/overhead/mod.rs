@@ -13,6 +13,7 @@
 //! says MET or MISSED, and `target/bench.json` holds it all. Missed targets do not fail the
 //! command: it measures.
 
+mod always_on;
 mod background;
 mod capacity;
 mod collateral;
@@ -29,7 +30,10 @@ use std::{fs, path::PathBuf};
 use anyhow::Context as _;
 use clap::Args;
 
-pub use self::exitprof::RunDoc;
+pub use self::{
+    always_on::{AlwaysOnArgs, bench_always_on},
+    exitprof::RunDoc,
+};
 use self::{
     exitprof::Exitprof,
     report::{BenchReport, Measured},
