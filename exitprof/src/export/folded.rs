@@ -6,8 +6,10 @@
 //! it stands for (its share of its stage's samples times the stage's on-CPU time), and
 //! `off-cpu;STAGE;do_exit;...` each stack where exits blocked by the blocked time it stands for
 //! (the stage's blocked time shared out by the walked blocks' time). Both in microseconds, so widths compare across the two roots. A stack the
-//! kernel could not unwind down to `do_exit` (a sample in a probe's trampoline, say) goes under
-//! an `[unknown]` frame, as flame graphs name such gaps.
+//! kernel could not unwind down to `do_exit` goes under an `[unknown]` frame, as flame graphs
+//! name such gaps; one that stops in a probe's trampoline (a kretprobe's: before 5.13 the
+//! unwinder cannot get past it) under `[probe-trampoline]`: time in the probes' own machinery,
+//! not in the exit's code.
 
 use std::fmt::Write as _;
 
@@ -65,10 +67,8 @@ fn lines(stacks: &[WeightedStack]) -> Vec<String> {
                 StackKind::OffCpu => "off-cpu",
             };
             let _ = write!(line, "{root};{}", frame(&s.stage));
-            if s.frames.last().is_none_or(|f| f != EXIT_FRAME) {
-                // A stack the kernel could not unwind down to do_exit (from a probe's trampoline,
-                // say), under a frame that says so, as flame graphs name such gaps.
-                line.push_str(";[unknown]");
+            if let Some(gap) = unwound_short(&s.frames) {
+                let _ = write!(line, ";{gap}");
             }
             for f in s.frames.iter().rev() {
                 let _ = write!(line, ";{}", frame(f));
@@ -78,6 +78,19 @@ fn lines(stacks: &[WeightedStack]) -> Vec<String> {
         })
         .collect()
 }
+
+/// The frame that stands for the rest of a stack the kernel did not unwind down to do_exit
+/// (frames innermost first): a probe's trampoline it stopped in, or an unknown gap.
+fn unwound_short(frames: &[String]) -> Option<&'static str> {
+    match frames.last() {
+        Some(f) if f == EXIT_FRAME => None,
+        Some(f) if f.contains("trampoline") => Some(PROBE_TRAMPOLINE),
+        _ => Some("[unknown]"),
+    }
+}
+
+/// The frame under which stacks that stop in a probe's trampoline go.
+const PROBE_TRAMPOLINE: &str = "[probe-trampoline]";
 
 /// A name as one frame of a folded line: `;` separates frames and a space the weight.
 fn frame(name: &str) -> String {
@@ -127,7 +140,7 @@ mod tests {
             "condition=on_row=stagger=2;on-cpu;exit_mm…exit_thread;do_exit;zap_pte_range 812\n\
              off-cpu;exit_mm;do_exit;down_read;rwsem_down_read_slowpath 9\n\
              on-cpu;exit_mm;[unknown] 3\n\
-             on-cpu;exit_mm;[unknown];arch_rethook_trampoline 2\n"
+             on-cpu;exit_mm;[probe-trampoline];arch_rethook_trampoline 2\n"
         );
     }
 
