@@ -128,9 +128,9 @@ fn side_by_side_verdicts(s: &SideBySide) -> [Verdict; 2] {
     ]
 }
 
-/// A multiple: `2.41x`.
+/// A multiple: `2.41x`; `-` where nothing was measured (a program that never ran).
 fn times(v: f64) -> String {
-    format!("{v:.2}x")
+    if v.is_nan() { "-".to_owned() } else { format!("{v:.2}x") }
 }
 
 /// One figure against its target.
