@@ -43,11 +43,7 @@ use clap::Args;
 use serde::Serialize;
 
 use super::background::Background;
-use crate::{
-    command::{cargo, is_root, workspace_root},
-    measure::compile_c,
-    packages, setup,
-};
+use crate::measure::compile_c;
 
 #[derive(Args)]
 pub struct AlwaysOnArgs {
@@ -248,15 +244,7 @@ pub struct AlwaysOnReport {
 }
 
 pub fn bench_always_on(args: &AlwaysOnArgs) -> anyhow::Result<()> {
-    if !is_root() {
-        bail!("cargo xtask bench-always-on loads eBPF programs: run it as root");
-    }
-    setup::setup()?;
-    packages::ensure(packages::BENCH)?;
-    cargo(&["build", "--release", "--locked", "--package", "exitprof"])?;
-    let root = workspace_root();
-    let out_dir = root.join("target/bench");
-    fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let (root, out_dir) = super::prepare("bench-always-on")?;
     let report = measure(&root, &out_dir, args)?;
     print!("{}", render(&report));
     let path = root.join("target/always-on.json");

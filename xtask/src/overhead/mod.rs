@@ -54,9 +54,12 @@ pub struct BenchArgs {
     pub baseline: Vec<PathBuf>,
 }
 
-pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
+/// What every benchmark needs first: root, the build's tools and the bench's packages, exitprof
+/// built in release mode, and the folder for the bench's programs. The workspace root and that
+/// folder.
+fn prepare(task: &str) -> anyhow::Result<(PathBuf, PathBuf)> {
     if !is_root() {
-        anyhow::bail!("cargo xtask bench loads eBPF programs: run it as root");
+        anyhow::bail!("cargo xtask {task} loads eBPF programs: run it as root");
     }
     setup::setup()?;
     packages::ensure(packages::BENCH)?;
@@ -64,6 +67,11 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
     let root = workspace_root();
     let out_dir = root.join("target/bench");
     fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    Ok((root, out_dir))
+}
+
+pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
+    let (root, out_dir) = prepare("bench")?;
     let exitprof = Exitprof { binary: root.join("target/release/exitprof") };
     let storm = exitprof::Storm::threads(1000, 10);
 
