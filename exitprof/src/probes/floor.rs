@@ -8,13 +8,13 @@ use aya::{Btf, EbpfLoader, programs::BtfTracePoint};
 use exitprof_common::names::programs;
 
 use super::{
-    load::{OBJECT, ensure_object_embedded},
+    load::{OBJECT, ProgramCost, ensure_object_embedded},
     prog_stats,
 };
 use crate::{base::signals::Signals, run::own_cost::enable_bpf_stats};
 
 /// Attaches the empty program and holds it until SIGINT or SIGTERM; with `bpf_stats`, prints
-/// its runs and run time meanwhile as one JSON line (`{"runs":…,"run_ns":…}`).
+/// its runs and run time meanwhile as one JSON line (`{"program":…,"runs":…,"run_ns":…}`).
 pub async fn hold(bpf_stats: bool) -> anyhow::Result<()> {
     ensure_object_embedded()?;
     let mut signals = Signals::new()?;
@@ -38,7 +38,12 @@ pub async fn hold(bpf_stats: bool) -> anyhow::Result<()> {
         use std::os::fd::AsFd as _;
         let counted = prog_stats::read(program.fd()?.as_fd())
             .context("reading the empty program's statistics")?;
-        println!("{{\"runs\":{},\"run_ns\":{}}}", counted.runs, counted.run_ns);
+        let cost = ProgramCost {
+            program: programs::SCHED_SWITCH_FLOOR.to_owned(),
+            runs: counted.runs,
+            run_ns: counted.run_ns,
+        };
+        println!("{}", serde_json::to_string(&cost)?);
     }
     // Dropping the object detaches the program.
     Ok(())

@@ -73,7 +73,6 @@ fn status_bytes(status: &str, field: &str) -> Option<u64> {
     Some(kib.trim().parse::<u64>().ok()? << 10)
 }
 
-/// The kernel counting the runs and run time of exitprof's programs (--bpf-stats), from
 /// Turns the kernel's BPF run-time statistics on for as long as the descriptor is open (closing
 /// it, even by exitprof dying, turns them back off unless something else holds them on).
 pub fn enable_bpf_stats() -> anyhow::Result<OwnedFd> {
@@ -81,6 +80,7 @@ pub fn enable_bpf_stats() -> anyhow::Result<OwnedFd> {
         .context("enabling BPF run-time statistics (BPF_ENABLE_STATS, Linux 5.8+)")
 }
 
+/// The kernel counting the runs and run time of exitprof's programs (--bpf-stats), from
 /// [`CostMeter::start`] to [`CostMeter::stop`].
 pub struct CostMeter {
     /// Keeps BPF run-time statistics on while open ([`enable_bpf_stats`]).
