@@ -3,7 +3,7 @@
 //! final switch-out.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_smp_processor_id},
+    helpers::{bpf_get_current_cgroup_id, bpf_get_smp_processor_id},
     macros::map,
     maps::Array,
 };
@@ -12,8 +12,8 @@ use exitprof_common::{
     deferred::is_free_sampled,
     point::{Marker, marker_code},
     record::{
-        COMM_LEN, ExitRecord, FLAG_GROUP_DEAD, FLAG_GROUP_DEAD_EXACT, FLAG_KIND_KNOWN,
-        FLAG_LATE_START, FLAG_TRUNCATED, MAX_HITS, wire_len,
+        ExitRecord, FLAG_GROUP_DEAD, FLAG_GROUP_DEAD_EXACT, FLAG_KIND_KNOWN, FLAG_LATE_START,
+        FLAG_TRUNCATED, MAX_HITS, wire_len,
     },
     stack::StackRecord,
 };
@@ -22,8 +22,8 @@ use crate::{
     follow::{Following, following, forget_heir},
     free_watch::{current_address, is_watched, unwatch, watch},
     helpers::{
-        current_ipc_ns, current_ns_pid_tgid, current_pid_tgid, group_live, is_exiting, now_ns,
-        process_comm, task_pid_tgid,
+        current_ns_pid_tgid, current_pid_tgid, group_live, ipc_ns, is_exiting, now_ns,
+        process_comm, task_comm, task_pid_tgid,
     },
     maps::{
         EXIT_SLOT_MASK, EXIT_SLOTS, EXITS, EXITS_WAKEUP_BYTES, FREES_AWAITED, add, count, epoch,
@@ -273,10 +273,10 @@ fn start(task: Task, state: &mut ExitState, late: bool) {
     record.flags = if late { FLAG_LATE_START } else { 0 };
     record.epoch = epoch();
     record.blocks = 0;
-    record.ipc_ns = current_ipc_ns();
+    record.ipc_ns = ipc_ns(task);
     // SAFETY: a helper without arguments or side effects.
     record.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-    record.comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+    record.comm = task_comm(task);
     record.process_comm = if pid == tgid { record.comm } else { process_comm(task) };
     if !is_exiting(task) {
         state.flags |= EARLY;

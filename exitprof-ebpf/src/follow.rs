@@ -5,7 +5,6 @@
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::bpf_get_current_comm,
     macros::{btf_tracepoint, map},
     maps::{Array, HashMap},
     programs::BtfTracePointContext,
@@ -20,11 +19,12 @@ use exitprof_common::{
 
 use crate::{
     helpers::{
-        EEXIST, exec_thread_pid, group_leader, group_live, real_parent, signal_of, task_pid_tgid,
+        EEXIST, exec_thread_pid, group_leader, group_live, real_parent, signal_of, task_comm,
+        task_pid_tgid,
     },
     maps::{TARGET_COMM, TRACE_ALL, add, count},
     marks::{mark, set_mark},
-    task_storage::Task,
+    task_storage::{Task, current_task},
 };
 
 /// Generations of parents looked through for a mark: many times what a storm (1), a build under
@@ -73,12 +73,19 @@ pub fn following(task: Task) -> Following {
 /// outside the marked tree is not followed any more.
 #[inline(always)]
 fn follow_of(task: Task) -> (u32, bool) {
-    if let Some(mark) = mark(task) {
+    let (pid, tgid) = task_pid_tgid(task);
+    if pid == tgid
+        && let Some(mark) = mark(task)
+    {
         note_heir(task, mark);
         return (mark, true);
     }
     let mut walk = Walk { leader: group_leader(task), follow: FOLLOW_NONE, done: 0 };
-    walk_up(&mut walk);
+    // Most exits have their answer one generation up (a storm's threads in their process's mark,
+    // forked children in their parent's): that one is looked at without the loop's call.
+    if !step(&mut walk) {
+        walk_up(&mut walk);
+    }
     (walk.follow, walk.done != 0)
 }
 
@@ -246,7 +253,7 @@ fn follows_by_name() -> bool {
 
 #[inline(always)]
 fn current_comm_is_target() -> bool {
-    bpf_get_current_comm().is_ok_and(is_target_comm)
+    is_target_comm(task_comm(current_task()))
 }
 
 /// Whether a task name is `TARGET_COMM`.

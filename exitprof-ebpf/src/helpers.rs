@@ -3,7 +3,7 @@
 use aya_ebpf::{
     bindings::bpf_pidns_info,
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
         generated::bpf_get_ns_current_pid_tgid,
     },
 };
@@ -76,24 +76,33 @@ pub fn read_at<T>(base: *const u8, offset: u32) -> Option<T> {
     unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize).cast::<T>()) }.ok()
 }
 
-/// A field of a trusted task pointer, at an offset from read-only data: the verifier knows the
-/// offset and checks the load against the kernel's BTF, so no helper call is needed.
+/// A field of a kernel object the verifier has typed by BTF (a trusted task pointer, or a
+/// pointer loaded from one of its fields), at an offset from read-only data: the verifier knows
+/// the offset and checks the load against the kernel's BTF, and the JIT guards it against a
+/// fault (a null or stale pointer reads as zero). No helper call is needed, where
+/// `bpf_probe_read_kernel` costs one per field.
 #[cfg(not(feature = "compat"))]
 #[inline(always)]
-fn task_field<T: Copy>(task: Task, offset: u32) -> T {
-    // SAFETY: `task` is a trusted `task_struct` pointer and `offset` a field's offset in it, from
-    // the running kernel's BTF; the verifier rejects any other access. Volatile, so that the
-    // compiler does not merge neighbouring fields into one load that spans both.
-    unsafe { core::ptr::read_volatile(task.cast::<u8>().add(offset as usize).cast::<T>()) }
+fn field<T: Copy>(object: *const u8, offset: u32) -> T {
+    // SAFETY: `object` is a BTF-typed kernel pointer and `offset` a field's offset in its type,
+    // from the running kernel's BTF; the verifier rejects any other access. Volatile, so that
+    // the compiler does not merge neighbouring fields into one load that spans both.
+    unsafe { core::ptr::read_volatile(object.add(offset as usize).cast::<T>()) }
 }
 
-/// A field of a task at an offset from read-only data, read with `bpf_probe_read_kernel`
-/// (zero when the read faults): kernels before 5.11 give the current task only as an address.
+/// A field of a kernel object at an offset from read-only data, read with
+/// `bpf_probe_read_kernel` (zero when the read faults): kernels before 5.11 give the current
+/// task only as an address, which the verifier does not type.
 #[cfg(feature = "compat")]
 #[inline(always)]
+fn field<T: Copy>(object: *const u8, offset: u32) -> T {
+    // SAFETY: an all-zero integer, pointer or byte array is a valid `T` for every field read here.
+    read_at(object, offset).unwrap_or(unsafe { core::mem::zeroed() })
+}
+
+#[inline(always)]
 fn task_field<T: Copy>(task: Task, offset: u32) -> T {
-    // SAFETY: an all-zero integer or pointer is a valid `T` for every field read here.
-    read_at(task.cast(), offset).unwrap_or(unsafe { core::mem::zeroed() })
+    field(task.cast(), offset)
 }
 
 /// `task->__state` (`state` before 5.14), for `sched_switch` where it has no `prev_state`
@@ -122,7 +131,8 @@ pub fn signal_of(task: Task) -> Option<u64> {
 /// out of it right after `exit_signals`.
 #[inline(always)]
 pub fn group_live(task: Task) -> Option<i32> {
-    read_at::<i32>(signal_of(task)? as *const u8, SIGNAL_LIVE_OFFSET.load())
+    let signal: *const u8 = task_field(task, TASK_SIGNAL_OFFSET.load());
+    (!signal.is_null()).then(|| field(signal, SIGNAL_LIVE_OFFSET.load()))
 }
 
 /// The pid of the thread of a process that execs while `de_thread` ends its other threads
@@ -168,18 +178,24 @@ pub fn real_parent(task: Task) -> Task {
     task_field(task, TASK_REAL_PARENT_OFFSET.load())
 }
 
-/// The name (`comm`) of the current task's process: its group leader's.
+/// `task->comm`, NUL-padded (the kernel keeps the bytes after the name zero).
 #[inline(always)]
-pub fn process_comm(task: Task) -> [u8; COMM_LEN] {
-    read_at(group_leader(task).cast(), TASK_COMM_OFFSET.load()).unwrap_or([0; COMM_LEN])
+pub fn task_comm(task: Task) -> [u8; COMM_LEN] {
+    // Two 8-byte loads: a byte array would be read a byte at a time.
+    let words: [u64; COMM_LEN / 8] = task_field(task, TASK_COMM_OFFSET.load());
+    // SAFETY: [u64; 2] and [u8; 16] have the same size, and every bit pattern is valid for both.
+    unsafe { core::mem::transmute::<[u64; COMM_LEN / 8], [u8; COMM_LEN]>(words) }
 }
 
-/// `current->nsproxy->ipc_ns`: the IPC namespace the current task belongs to (0 if unknown).
+/// The name (`comm`) of `task`'s process: its group leader's.
 #[inline(always)]
-pub fn current_ipc_ns() -> u64 {
-    // SAFETY: a helper without arguments or side effects.
-    let task = unsafe { bpf_get_current_task() } as *const u8;
-    read_at::<u64>(task, TASK_NSPROXY_OFFSET.load())
-        .and_then(|nsproxy| read_at::<u64>(nsproxy as *const u8, NSPROXY_IPC_NS_OFFSET.load()))
-        .unwrap_or(0)
+pub fn process_comm(task: Task) -> [u8; COMM_LEN] {
+    task_comm(group_leader(task))
+}
+
+/// `task->nsproxy->ipc_ns`: the IPC namespace `task` belongs to (0 if unknown).
+#[inline(always)]
+pub fn ipc_ns(task: Task) -> u64 {
+    let nsproxy: *const u8 = task_field(task, TASK_NSPROXY_OFFSET.load());
+    if nsproxy.is_null() { 0 } else { field(nsproxy, NSPROXY_IPC_NS_OFFSET.load()) }
 }
