@@ -47,6 +47,11 @@ impl Background {
         Ok(background)
     }
 
+    /// The program's pid, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Suspends the program (SIGSTOP), or resumes it (SIGCONT); its probes stay attached.
     pub fn suspend(&self, suspended: bool) {
         if let Some(child) = &self.child {

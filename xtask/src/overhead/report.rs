@@ -280,7 +280,7 @@ impl BenchReport {
         );
         render_process(&mut out, &self.exitprof_process);
         render_capacity(&mut out, &self.capacity);
-        render_side_by_side(&mut out, &self.side_by_side);
+        render_side_by_side(&mut out, &self.side_by_side, &self.kernel_floor);
         render_parts(&mut out, &self.parts);
         let _ = writeln!(out, "targets");
         let width = self.targets.iter().map(|t| t.quantity.chars().count()).max().unwrap_or(0);
@@ -459,22 +459,45 @@ fn render_process(out: &mut String, p: &ProcessCost) {
     );
 }
 
-fn render_side_by_side(out: &mut String, s: &SideBySide) {
-    let _ = writeln!(out, "side by side: {}, elapsed, each attached or not", s.storm);
-    let _ = writeln!(out, "  {:<44} {:>10} {:>8} {:>14}", "", "elapsed", "ratio", "exits seen");
-    for (name, elapsed, exits) in [
-        ("nothing attached", s.nothing_s, None),
+fn render_side_by_side(out: &mut String, s: &SideBySide, floor: &KernelFloor) {
+    let _ = writeln!(
+        out,
+        "side by side: {}, elapsed, each attached or not; in the kernel (BPF statistics, further \
+         rounds), per exit and as a multiple of its floor (its runs, each an empty program's)",
+        s.storm
+    );
+    let _ = writeln!(
+        out,
+        "  {:<44} {:>10} {:>8} {:>14} {:>10} {:>9} {:>8}",
+        "", "elapsed", "ratio", "exits seen", "in-kernel", "runs/exit", "x floor"
+    );
+    for (name, elapsed, exits, in_kernel) in [
+        ("nothing attached", s.nothing_s, None, None),
         (
             "minimal probe (xtask/bench/minimal_probe.bt)",
             s.minimal_probe_s,
             Some(s.minimal_probe_exits),
+            Some(s.minimal_probe_in_kernel),
         ),
-        ("exitprof --comm, syscall tracepoints on", s.exitprof_s, Some(s.exitprof_exits)),
+        (
+            "exitprof --comm, syscall tracepoints on",
+            s.exitprof_s,
+            Some(s.exitprof_exits),
+            Some(s.exitprof_in_kernel),
+        ),
     ] {
         let seen = exits.map_or_else(String::new, |n| format!("{n} of {}", s.exits));
+        let in_kernel = in_kernel.map_or_else(String::new, |k| {
+            format!(
+                "{:>10} {:>9.2} {:>8}",
+                fmt_ns(k.ns_per_exit),
+                k.runs_per_exit,
+                times(k.ns_per_exit / (k.runs_per_exit * floor.ns_per_run))
+            )
+        });
         let _ = writeln!(
             out,
-            "  {name:<44} {:>10} {:>8.3} {seen:>14}",
+            "  {name:<44} {:>10} {:>8.3} {seen:>14} {in_kernel}",
             fmt_s(elapsed),
             elapsed / s.nothing_s
         );
