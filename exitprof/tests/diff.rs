@@ -162,25 +162,41 @@ fn a_larger_teardown_is_found_in_the_stage_that_covers_exit_mm() {
     let table = rows_table(&doc);
     eprintln!("64 MiB against 512 MiB, one run a side:\n{table}");
     assert_eq!(doc["noise"]["method"], "factor", "{doc}");
-    let biggest = rows(&doc)[1..]
+    // Where the exit's own stages are cut depends on which points it reached: in tracepoint
+    // mode `x86_fpu_dropped` does not fire for a task switched out since it last used the FPU
+    // (a long teardown may be preempted), so its teardown lands in another stage that also
+    // covers `exit_mm`. The stages covering it, together, must hold the change.
+    let covers_mm = |r: &Value| {
+        r["covers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .any(|c| ["exit_mm", "exit_mmap"].contains(&c))
+    };
+    let stages = &rows(&doc)[1..];
+    let biggest = stages
         .iter()
         .max_by(|x, y| {
             let change = |r: &Value| num(&r["ns_per_exit"], "delta").abs();
             change(x).total_cmp(&change(y))
         })
         .expect("stages");
-    let covers: Vec<&str> =
-        biggest["covers"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     assert!(
-        covers.iter().any(|c| ["exit_mm", "exit_mmap"].contains(c)),
-        "the biggest change is in {} (covers {covers:?}), not in the stage of exit_mm:\n{table}",
-        biggest["name"]
+        covers_mm(biggest),
+        "the biggest change is in {} (covers {}), not in a stage of exit_mm:\n{table}",
+        biggest["name"],
+        biggest["covers"]
     );
+    assert_eq!(biggest["ns_per_exit"]["beyond_noise"], true, "{table}");
+    let of_mm = |key: &str| -> f64 {
+        stages.iter().filter(|r| covers_mm(r)).map(|r| num(&r["ns_per_exit"], key)).sum()
+    };
     // Eight times the memory: far past twice the time per exit, with one run a side.
-    let change = &biggest["ns_per_exit"];
-    assert!(num(change, "b") > 4.0 * num(change, "a"), "{table}");
-    assert_eq!(change["beyond_noise"], true, "{table}");
-    assert!(num(biggest, "share_of_change") > 0.9, "{table}");
+    assert!(of_mm("b") > 4.0 * of_mm("a"), "{table}");
+    let share: f64 =
+        stages.iter().filter(|r| covers_mm(r)).filter_map(|r| r["share_of_change"].as_f64()).sum();
+    assert!(share > 0.9, "the stages of exit_mm hold {share:.2} of the change:\n{table}");
     let verdict = doc["verdict"].as_str().unwrap();
     assert!(
         verdict.contains("no interval") && verdict.contains(biggest["name"].as_str().unwrap()),
