@@ -28,12 +28,21 @@ pub struct Session {
     /// exitprof's own program runs inside the exits.
     pub probe_runs: ProbeRuns,
     /// Records that could not be decoded.
-    pub undecodable: u64,
+    pub undecodable: Undecodable,
     /// Records of exits opened in an earlier run (the kernel side sends none; a record that
     /// says so was damaged).
     pub stray: u64,
     /// The exits by workload, where they are grouped.
     pub groups: Option<Groups>,
+}
+
+/// Records that could not be decoded, by ring buffer: an exit record's is a lost exit, the
+/// others are not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Undecodable {
+    pub exits: u64,
+    pub deferred: u64,
+    pub stacks: u64,
 }
 
 impl Session {
@@ -49,7 +58,7 @@ impl Session {
             blocking: Blocking::default(),
             stacks: ExitStacks::default(),
             probe_runs: ProbeRuns::new(plan),
-            undecodable: 0,
+            undecodable: Undecodable::default(),
             stray: 0,
             groups: groups.map(Groups::new),
         }
@@ -80,7 +89,7 @@ impl Session {
                 }
             }
             Err(e) => {
-                self.undecodable += 1;
+                self.undecodable.exits += 1;
                 log::warn!("undecodable exit record: {e}");
             }
         }
@@ -91,7 +100,7 @@ impl Session {
         match decode_stack(bytes) {
             Some(stack) => self.stacks.record(&stack),
             None => {
-                self.undecodable += 1;
+                self.undecodable.stacks += 1;
                 log::warn!("undecodable kernel stack record of {} bytes", bytes.len());
             }
         }
@@ -109,7 +118,7 @@ impl Session {
         match decode_deferred(bytes) {
             Some(record) => self.deferred.record(&record),
             None => {
-                self.undecodable += 1;
+                self.undecodable.deferred += 1;
                 log::warn!("undecodable deferred-work record of {} bytes", bytes.len());
             }
         }
@@ -208,11 +217,14 @@ mod tests {
                 if e.epoch == 1 { (n + 1, s) } else { (n, s + 1) }
             });
             prop_assert_eq!(session.stray, stray);
-            let undecodable = records.iter().filter(|(e, _)| Exit::decode(e).is_err()).count()
-                + records.iter().filter(|(_, d)| decode_deferred(d).is_none()).count()
-                + 1;
+            let undecodable = Undecodable {
+                exits: records.iter().filter(|(e, _)| Exit::decode(e).is_err()).count() as u64,
+                deferred: records.iter().filter(|(_, d)| decode_deferred(d).is_none()).count()
+                    as u64,
+                stacks: 1,
+            };
             prop_assert_eq!(session.profile.exits, exits);
-            prop_assert_eq!(session.undecodable, undecodable as u64);
+            prop_assert_eq!(session.undecodable, undecodable);
             let _ = (session.deferred.report(), session.profile.exit().summary());
             for row in session.profile.rows() {
                 let _ = row.latency.summary();

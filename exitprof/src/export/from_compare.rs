@@ -79,7 +79,7 @@ fn stats(side: &SideRuns, variant: Variant, expected_per_run: Option<u64>) -> Ru
         exits_expected: expected_per_run.map(|n| n * side.measures.len() as u64),
         exits_recorded: side.session.profile.exits,
         exits_lost: losses.exits(),
-        losses: losses.by_cause().iter().map(|&(key, _, n)| (key, n)).collect(),
+        losses: losses.by_cause().map(|(count, n)| (count.key, n)).collect(),
         elapsed: Duration::from_secs_f64(median(|m| m.elapsed_s)),
         user: Some(Duration::from_secs_f64(median(|m| m.user_s))),
         sys: Some(Duration::from_secs_f64(median(|m| m.sys_s))),

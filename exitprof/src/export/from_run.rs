@@ -20,7 +20,7 @@ impl ExportSet {
             exits_expected: doc.exits_expected,
             exits_recorded: doc.exits_recorded,
             exits_lost: doc.lost,
-            losses: doc.losses.by_cause().iter().map(|&(key, _, n)| (key, n)).collect(),
+            losses: doc.losses.by_cause().map(|(count, n)| (count.key, n)).collect(),
             elapsed: run.elapsed,
             user: run.child.as_ref().map(|c| c.user),
             sys: run.child.as_ref().map(|c| c.sys),
@@ -214,7 +214,7 @@ pub(crate) mod tests {
         let stage_sum: u128 = set.series[1..].iter().map(|s| s.sum_ns).sum();
         assert_eq!(stage_sum, exit.sum_ns, "stages partition the exit");
         assert_eq!(set.runs[0].exits_recorded, 2_000);
-        assert_eq!(set.runs[0].losses.len(), Losses::default().by_cause().len());
+        assert_eq!(set.runs[0].losses.len(), Losses::default().by_cause().count());
     }
 
     #[test]

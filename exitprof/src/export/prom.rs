@@ -15,6 +15,8 @@
 
 use std::fmt::Write as _;
 
+use exitprof_common::counters::{self, Kind};
+
 use super::{ExportSet, RunStats, Series, Variant};
 use crate::analysis::fixed_buckets::{FixedBuckets, bounds_ns};
 
@@ -87,12 +89,30 @@ const RUN_METRICS: [RunMetric; 6] = [
     },
 ];
 
-/// What `exitprof_losses_total`'s `cause` label means.
+/// Losses by cause (`exitprof_common::counters`): the `cause` label.
 pub const LOSSES: &str = "exitprof_losses_total";
-pub const LOSSES_HELP: &str = "Records lost, by cause: exits (ringbuf_full, state_map_full, \
-     stale_records, undecodable, unfinished), probe hits (hits, probe_misses), followed tasks \
-     (follow_unknown), deferred work (deferred_ringbuf_full, deferred_state_full), on-CPU \
-     samples (samples_lost).";
+/// Diagnostics (`exitprof_common::counters`), not losses: the `counter` label.
+pub const DIAGNOSTICS: &str = "exitprof_diagnostics_total";
+
+/// The help of [`LOSSES`]: every cause, as the table of counts declares them.
+pub fn losses_help() -> String {
+    format!(
+        "Exits, and parts of exits, lost, by cause. Exits: {}. Parts: {}.",
+        labels(Kind::ExitLost),
+        labels(Kind::PartLost)
+    )
+}
+
+/// The help of [`DIAGNOSTICS`].
+pub fn diagnostics_help() -> String {
+    format!("Not losses, what happened besides: {}.", labels(Kind::Diagnostic))
+}
+
+/// `key (what), ...` of every count of `kind`.
+fn labels(kind: Kind) -> String {
+    let of_kind = counters::all().filter(|(_, c)| c.kind == kind);
+    of_kind.map(|(_, c)| format!("{} ({})", c.key, c.what)).collect::<Vec<_>>().join(", ")
+}
 
 pub fn encode(set: &ExportSet) -> Vec<u8> {
     let mut out = Writer::new(TextFormat::Prometheus);
@@ -124,7 +144,7 @@ pub fn encode(set: &ExportSet) -> Vec<u8> {
             out.sample(cpu, &labels, &[("mode", mode)], seconds(time.as_nanos()));
         }
     }
-    out.family(LOSSES, "counter", LOSSES_HELP);
+    out.family(LOSSES, "counter", &losses_help());
     for run in &set.runs {
         for (cause, n) in &run.losses {
             out.sample(LOSSES, &run_labels(set, &run.variant), &[("cause", cause)], n);

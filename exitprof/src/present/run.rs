@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use exitprof_common::counters;
+
 use super::{check_exports, publish};
 use crate::{
     analysis::stage_detail::{self, StageDetail},
@@ -60,7 +62,7 @@ fn present(
     let doc = RunDocument::new(outcome);
     if doc.lost > 0 {
         // Said in the report too; here also for those who read only the exports.
-        let advice = if doc.losses.kernel.ringbuf_full > 0 {
+        let advice = if doc.losses.get(counters::RINGBUF_FULL) > 0 {
             "; a larger --ringbuf-bytes keeps up with faster storms"
         } else {
             ""

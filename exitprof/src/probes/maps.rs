@@ -12,10 +12,10 @@ use std::{
 };
 
 use exitprof_common::{
-    counters, names,
+    counters::{self, Kind},
+    names,
     task::{PidMark, TaskMark},
 };
-use serde::Serialize;
 use tokio::io::unix::AsyncFd;
 
 use crate::base::pidfd::PidFd;
@@ -60,103 +60,51 @@ impl RecordStream {
     }
 }
 
-/// Defines [`KernelLosses`] from the one list of the kernel side's counters that userspace reads:
-/// each field, with its doc, and the index of its counter in `exitprof_common::counters`.
-macro_rules! kernel_losses {
-    ($($(#[$attr:meta])* $field:ident => $counter:ident,)+) => {
-        /// Everything the kernel side could not keep, summed over CPUs, and what it did besides
-        /// recording exits (not losses: left out of the document's losses).
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-        pub struct KernelLosses {
-            $($(#[$attr])* pub $field: u64,)+
-        }
+/// The kernel side's counters (`exitprof_common::counters::KERNEL`), each summed over CPUs:
+/// everything it could not keep, and what it did besides recording exits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelLosses(pub [u64; counters::COUNT as usize]);
 
-        impl KernelLosses {
-            /// What was counted since `earlier` (the counters only grow).
-            pub fn since(&self, earlier: &Self) -> Self {
-                Self { $($field: self.$field - earlier.$field),+ }
-            }
-
-            /// Both counts together.
-            pub fn plus(&self, other: &Self) -> Self {
-                Self { $($field: self.$field + other.$field),+ }
-            }
-
-            pub fn read(ebpf: &Ebpf) -> anyhow::Result<Self> {
-                let counters = Counters::new(ebpf)?;
-                Ok(Self { $($field: counters.sum(counters::$counter)?),+ })
-            }
-
-            /// Every counter by its name, as a record file keeps them.
-            pub fn by_name(&self) -> BTreeMap<String, u64> {
-                BTreeMap::from([$((stringify!($field).to_owned(), self.$field)),+])
-            }
-
-            /// The counters of [`KernelLosses::by_name`]; those it lacks are 0.
-            pub fn from_names(counts: &BTreeMap<String, u64>) -> Self {
-                Self { $($field: counts.get(stringify!($field)).copied().unwrap_or(0)),+ }
-            }
-        }
-    };
-}
-
-kernel_losses! {
-    /// Exit records dropped because the ring buffer was full.
-    ringbuf_full => RINGBUF_FULL,
-    /// Exits not recorded because both slots they could take were held by other exits.
-    state_map_full => STATE_FULL,
-    /// Tasks whose following could not be decided (no mark within the generations of ancestors
-    /// looked through, or a mark not passed on at an exec): their exits are not recorded.
-    follow_unknown => FOLLOW_UNKNOWN,
-    /// Deferred-work records dropped because their ring buffer was full.
-    deferred_ringbuf_full => DEFERRED_RINGBUF_FULL,
-    /// Deferred work in progress that could not be noted (its map was full).
-    deferred_state_full => DEFERRED_STATE_FULL,
-    /// Exits whose record was dropped because the same task started its exit again before
-    /// their end was seen.
-    stale_records => STALE_RECORD,
-    /// On-CPU samples dropped because their ring buffer was full.
-    samples_lost => SAMPLES_LOST,
-    /// Kernel stacks of blocks dropped because their ring buffer was full: the exits are
-    /// recorded, those blocks' time goes without a stack.
-    block_stacks_lost => BLOCK_STACKS_LOST,
-    /// Refused exits (`state_map_full`, `follow_unknown`) that could not be remembered as
-    /// refused: each may also have been counted again, or recorded, later.
-    refusals_forgotten => REFUSALS_FORGOTTEN,
-    /// Followed processes whose mark could not be kept for a thread that takes them over by
-    /// exec: their exits after the exec may be missing, uncounted.
-    marks_not_passed => MARKS_NOT_PASSED,
-    /// Cgroups made or removed whose path could not be sent: their exits are grouped under the
-    /// cgroup's id, not its name.
-    cgroup_names_lost => CGROUP_NAMES_LOST,
-    /// Not a loss: followed exits back on a CPU without a `sched_switch` showing it, whose
-    /// off-CPU interval therefore closed late (at their next probe point or their final
-    /// switch-out).
-    #[serde(skip)]
-    unseen_returns => UNSEEN_RETURN,
-    /// Not a loss: blocks whose kernel stack was walked, and those that would have been walked
-    /// but for the budget of walks per second.
-    #[serde(skip)]
-    stacks_walked => STACKS_WALKED,
-    #[serde(skip)]
-    stacks_skipped => STACKS_SKIPPED,
-    /// Not a loss: on-CPU samples of followed exits sent.
-    #[serde(skip)]
-    samples => SAMPLES,
-    /// Not a loss of this run: exits opened in an earlier run (which counted them unfinished)
-    /// that ended in this one.
-    #[serde(skip)]
-    stray_ends => STRAY_ENDS,
-    /// Not a loss: refusals left behind by a task freed unseen, found and forgotten when
-    /// another task's exit came to the same address.
-    #[serde(skip)]
-    stale_refusals => STALE_REFUSALS,
+impl Default for KernelLosses {
+    fn default() -> Self {
+        Self([0; counters::COUNT as usize])
+    }
 }
 
 impl KernelLosses {
-    /// Exits lost, each counted once by the kernel side under one cause.
-    pub fn exits(&self) -> u64 {
-        self.ringbuf_full + self.state_map_full + self.follow_unknown + self.stale_records
+    pub fn read(ebpf: &Ebpf) -> anyhow::Result<Self> {
+        let counters = Counters::new(ebpf)?;
+        let mut read = Self::default();
+        for (counter, n) in (0..).zip(&mut read.0) {
+            *n = counters.sum(counter)?;
+        }
+        Ok(read)
+    }
+
+    /// What was counted since `earlier` (the counters only grow).
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self(std::array::from_fn(|i| self.0[i].saturating_sub(earlier.0[i])))
+    }
+
+    /// Both counts together.
+    pub fn plus(&self, other: &Self) -> Self {
+        Self(std::array::from_fn(|i| self.0[i].saturating_add(other.0[i])))
+    }
+
+    /// Every counter a person may read by its name, as a record file keeps them (the
+    /// bookkeeping of exits opened and ended is not kept).
+    pub fn by_name(&self) -> BTreeMap<String, u64> {
+        counters::KERNEL
+            .iter()
+            .zip(self.0)
+            .filter(|(count, _)| count.kind != Kind::Bookkeeping)
+            .map(|(count, n)| (count.key.to_owned(), n))
+            .collect()
+    }
+
+    /// The counters of [`KernelLosses::by_name`]; those it lacks are 0.
+    pub fn from_names(counts: &BTreeMap<String, u64>) -> Self {
+        Self(std::array::from_fn(|i| counts.get(counters::KERNEL[i].key).copied().unwrap_or(0)))
     }
 }
 

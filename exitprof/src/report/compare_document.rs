@@ -150,13 +150,13 @@ impl SideDoc {
 
 /// Every way an exit can be missing from one side's profile.
 pub fn side_losses(side: &SideRuns) -> Losses {
-    Losses {
-        kernel: side.kernel_losses,
-        undecodable: side.session.undecodable,
-        unfinished: side.unfinished,
-        hits: side.session.profile.lost_hits,
-        probe_misses: side.probe_misses,
-    }
+    Losses::new(
+        &side.kernel_losses,
+        side.session.undecodable,
+        side.session.profile.lost_hits,
+        side.unfinished,
+        side.probe_misses,
+    )
 }
 
 impl ComparisonDoc {

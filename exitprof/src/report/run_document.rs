@@ -1,5 +1,6 @@
 //! The machine-readable result of a run (`--json`).
 
+use exitprof_common::counters;
 use serde::Serialize;
 
 use crate::{
@@ -20,7 +21,7 @@ use crate::{
     },
     profiled::{ForkParams, Storm, Target, ThreadsParams, workload::exit_rate},
     report::{groups::GroupsDoc, verdict::run_verdict},
-    run::{Ended, Losses, RunOutcome, own_cost::OwnCost, record::selection::Selected},
+    run::{Diagnostics, Ended, Losses, RunOutcome, own_cost::OwnCost, record::selection::Selected},
 };
 
 /// How far the achieved rate may be from a --rate target and still count as reached.
@@ -53,6 +54,10 @@ pub struct RunDocument {
     /// Exits lost, all causes together (`losses` has them apart).
     pub lost: u64,
     pub losses: Losses,
+    /// What happened besides losses, for a person looking into the run: returns to a CPU no
+    /// `sched_switch` showed, stacks walked and skipped, samples taken, ends of an earlier run's
+    /// exits, refusals found stale.
+    pub diagnostics: Diagnostics,
     pub elapsed_s: f64,
     /// CPU time of exitprof's workload children and what they waited for (`wait4` rusage).
     pub user_s: Option<f64>,
@@ -355,10 +360,11 @@ impl RunDocument {
             exits_expected: run.expected_exits,
             exits_recorded: recorded,
             late_starts: run.profile.late_starts,
-            unseen_returns: run.losses.kernel.unseen_returns,
+            unseen_returns: run.losses.get(counters::UNSEEN_RETURN),
             tasks_created: report.map(|r| r.created),
             lost: run.losses.exits(),
             losses: run.losses,
+            diagnostics: Diagnostics(run.losses),
             elapsed_s,
             user_s: run.child.as_ref().map(|c| c.user.as_secs_f64()),
             sys_s: run.child.as_ref().map(|c| c.sys.as_secs_f64()),

@@ -2,6 +2,8 @@
 
 use std::fmt::Write as _;
 
+use exitprof_common::counters;
+
 use super::{
     fmt_ns, fmt_rate,
     run_document::{KernelCostDoc, RateDoc, RunDocument, StageDoc, WorkloadDoc},
@@ -121,6 +123,14 @@ fn notes(doc: &RunDocument) -> String {
              its off-CPU interval closed late, at its next probe point",
             "note:", doc.unseen_returns
         );
+    }
+    // Not losses, but each says that an exit's end went unseen: counted here so that the sum of
+    // recorded and lost exits stays right.
+    for counter in [counters::STRAY_ENDS, counters::STALE_REFUSALS] {
+        let (n, count) = (doc.losses.get(counter), &counters::KERNEL[counter as usize]);
+        if n > 0 {
+            let _ = writeln!(out, "{:<9} {n} {}: {}", "note:", count.what, count.help);
+        }
     }
     if doc.truncated > 0 {
         let _ = writeln!(
@@ -257,9 +267,8 @@ pub fn loss_detail(doc: &RunDocument) -> String {
     let parts: Vec<String> = doc
         .losses
         .by_cause()
-        .into_iter()
-        .filter(|&(_, _, n)| n > 0)
-        .map(|(_, what, n)| format!("{n} {what}"))
+        .filter(|&(_, n)| n > 0)
+        .map(|(count, n)| format!("{n} {}", count.what))
         .collect();
     if parts.is_empty() { String::new() } else { format!(" ({})", parts.join(", ")) }
 }

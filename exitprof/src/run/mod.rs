@@ -16,6 +16,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use exitprof_common::counters::{self, Count, Kind};
 use serde::{Deserialize, Serialize};
 
 use self::{
@@ -26,8 +27,12 @@ use self::{
 };
 use crate::{
     analysis::{
-        blocking::BlockedReport, deferred::DeferredWork, on_cpu::OnCpuReport,
-        probe_effect::ProbeEffect, profile::Profile, session::Session,
+        blocking::BlockedReport,
+        deferred::DeferredWork,
+        on_cpu::OnCpuReport,
+        probe_effect::ProbeEffect,
+        profile::Profile,
+        session::{Session, Undecodable},
     },
     base::signals::Signals,
     groups::{GroupOptions, Groups},
@@ -113,59 +118,91 @@ pub enum Ended {
     Signal,
 }
 
-/// Every way an exit, or a part of one, can be missing from the profile.
-#[derive(Clone, Copy, Debug, Default, Serialize)]
-pub struct Losses {
-    #[serde(flatten)]
-    pub kernel: KernelLosses,
-    /// Records that could not be decoded.
-    pub undecodable: u64,
-    /// Exits still in progress when the run ended.
-    pub unfinished: u64,
-    /// Probe hits that did not fit in their exit's record.
-    pub hits: u64,
-    /// Probe hits the kernel dropped (kprobe misses, BPF recursion): their exits are recorded,
-    /// but with a point missing.
-    pub probe_misses: u64,
+/// Every count of a run (`exitprof_common::counters`), the kernel side's and userspace's: every
+/// way an exit, or a part of one, can be missing from the profile, by cause, and the
+/// diagnostics. Serialized as the document's `losses`: each loss by its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Losses([u64; counters::ALL_COUNT]);
+
+impl Default for Losses {
+    fn default() -> Self {
+        Self([0; counters::ALL_COUNT])
+    }
 }
 
 impl Losses {
-    /// Exits lost, in total.
-    pub fn exits(&self) -> u64 {
-        self.kernel.exits() + self.undecodable + self.unfinished
+    /// The kernel side's counts, with what userspace counted: records it could not decode,
+    /// probe hits that did not fit in their exit's record, exits still in progress at the end,
+    /// probe hits the kernel dropped.
+    pub fn new(
+        kernel: &KernelLosses,
+        undecodable: Undecodable,
+        hits: u64,
+        unfinished: u64,
+        probe_misses: u64,
+    ) -> Self {
+        let mut losses = Self::default();
+        losses.0[..kernel.0.len()].copy_from_slice(&kernel.0);
+        for (counter, n) in [
+            (counters::UNDECODABLE, undecodable.exits),
+            (counters::UNDECODABLE_DEFERRED, undecodable.deferred),
+            (counters::UNDECODABLE_STACKS, undecodable.stacks),
+            (counters::HITS, hits),
+            (counters::UNFINISHED, unfinished),
+            (counters::PROBE_MISSES, probe_misses),
+        ] {
+            losses.0[counter as usize] = n;
+        }
+        losses
     }
 
-    /// Every cause: (JSON key, what it means, count).
-    pub fn by_cause(&self) -> [(&'static str, &'static str, u64); 15] {
-        [
-            ("ringbuf_full", "ring buffer full", self.kernel.ringbuf_full),
-            ("state_map_full", "no free exit slot", self.kernel.state_map_full),
-            ("stale_records", "ends never seen", self.kernel.stale_records),
-            ("undecodable", "undecodable", self.undecodable),
-            ("unfinished", "unfinished", self.unfinished),
-            ("hits", "probe hits over the per-exit limit", self.hits),
-            ("probe_misses", "probe hits missed by the kernel", self.probe_misses),
-            ("follow_unknown", "exits not known to be followed", self.kernel.follow_unknown),
-            (
-                "deferred_ringbuf_full",
-                "deferred-work records dropped",
-                self.kernel.deferred_ringbuf_full,
-            ),
-            ("deferred_state_full", "deferred work not noted", self.kernel.deferred_state_full),
-            ("samples_lost", "on-CPU samples dropped", self.kernel.samples_lost),
-            ("block_stacks_lost", "block stacks dropped", self.kernel.block_stacks_lost),
-            (
-                "refusals_forgotten",
-                "lost exits perhaps counted twice",
-                self.kernel.refusals_forgotten,
-            ),
-            (
-                "marks_not_passed",
-                "processes not followed through an exec",
-                self.kernel.marks_not_passed,
-            ),
-            ("cgroup_names_lost", "cgroups left unnamed", self.kernel.cgroup_names_lost),
-        ]
+    /// The count at `counter`, an index of `exitprof_common::counters`.
+    pub fn get(&self, counter: u32) -> u64 {
+        self.0[counter as usize]
+    }
+
+    /// The kernel side's counts.
+    pub fn kernel(&self) -> KernelLosses {
+        KernelLosses(std::array::from_fn(|i| self.0[i]))
+    }
+
+    /// Exits lost, in total (each is counted once, under one cause).
+    pub fn exits(&self) -> u64 {
+        self.of(|kind| kind == Kind::ExitLost).map(|(_, n)| n).fold(0, u64::saturating_add)
+    }
+
+    /// Every cause of a loss (of exits, then of parts of them, in the table's order) and its
+    /// count.
+    pub fn by_cause(&self) -> impl Iterator<Item = (&'static Count, u64)> + '_ {
+        self.of(|kind| matches!(kind, Kind::ExitLost | Kind::PartLost))
+    }
+
+    /// Every diagnostic and its count.
+    pub fn diagnostics(&self) -> impl Iterator<Item = (&'static Count, u64)> + '_ {
+        self.of(|kind| kind == Kind::Diagnostic)
+    }
+
+    fn of(&self, kind: impl Fn(Kind) -> bool) -> impl Iterator<Item = (&'static Count, u64)> {
+        counters::all()
+            .zip(self.0)
+            .filter(move |((_, c), _)| kind(c.kind))
+            .map(|((_, c), n)| (c, n))
+    }
+}
+
+impl Serialize for Losses {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.by_cause().map(|(count, n)| (count.key, n)))
+    }
+}
+
+/// The diagnostics of a run's [`Losses`], serialized each by its key.
+#[derive(Clone, Copy, Debug)]
+pub struct Diagnostics(pub Losses);
+
+impl Serialize for Diagnostics {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.diagnostics().map(|(count, n)| (count.key, n)))
     }
 }
 
@@ -215,13 +252,13 @@ impl RunOutcome {
             .as_deref()
             .map(|costs| session.probe_runs.effect(&session.profile, costs));
         let Session { profile, deferred, undecodable, groups, .. } = session;
-        let losses = Losses {
-            kernel: end.kernel_losses,
+        let losses = Losses::new(
+            &end.kernel_losses,
             undecodable,
-            unfinished: end.unfinished,
-            hits: profile.lost_hits,
-            probe_misses: end.probe_misses,
-        };
+            profile.lost_hits,
+            end.unfinished,
+            end.probe_misses,
+        );
         let RunSetup { plan, target, duration, expected_exits, burst_rate, started_at, .. } = setup;
         Self {
             plan,
@@ -342,7 +379,47 @@ mod tests {
         let losses = Losses::default();
         let doc = serde_json::to_value(losses).unwrap();
         let keys: HashSet<&str> = doc.as_object().unwrap().keys().map(String::as_str).collect();
-        let causes: HashSet<&str> = losses.by_cause().iter().map(|&(key, _, _)| key).collect();
+        let causes: HashSet<&str> = losses.by_cause().map(|(count, _)| count.key).collect();
         assert_eq!(causes, keys);
+    }
+
+    /// The table of docs/exports.md, as the one of `exitprof_common::counters` makes it.
+    fn counts_table() -> String {
+        let mut table = "| key | counts | meaning |\n|---|---|---|\n".to_owned();
+        for (_, count) in counters::all() {
+            let kind = match count.kind {
+                Kind::ExitLost => "exits lost",
+                Kind::PartLost => "a part lost",
+                Kind::Diagnostic => "diagnostic",
+                Kind::Bookkeeping => continue,
+            };
+            table.push_str(&format!("| `{}` | {kind} | {} |\n", count.key, count.help));
+        }
+        table
+    }
+
+    #[test]
+    fn the_docs_list_every_count_as_the_table_declares() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/exports.md");
+        let docs = std::fs::read_to_string(path).unwrap();
+        let begin = "<!-- counts: the table exitprof_common::counters declares -->\n";
+        let listed = docs
+            .split_once(begin)
+            .and_then(|(_, rest)| rest.split_once("<!-- end of counts -->"))
+            .map(|(table, _)| table)
+            .expect("docs/exports.md has the table of counts between its markers");
+        let table = counts_table();
+        assert_eq!(listed, table, "docs/exports.md's table of counts should read:\n{table}");
+    }
+
+    /// Counts read back from a record file can be anything: their sum saturates.
+    #[test]
+    fn counts_at_their_largest_do_not_wrap() {
+        let mut kernel = std::collections::BTreeMap::new();
+        kernel.insert("ringbuf_full".to_owned(), u64::MAX);
+        kernel.insert("state_map_full".to_owned(), u64::MAX);
+        let kernel = KernelLosses::from_names(&kernel);
+        let losses = Losses::new(&kernel, Undecodable::default(), 0, 1, 0);
+        assert_eq!(losses.exits(), u64::MAX);
     }
 }

@@ -7,7 +7,7 @@ use tokio::{sync::watch, time::MissedTickBehavior};
 
 use super::metrics::Snapshot;
 use crate::{
-    analysis::{profile::Profile, records::Exit},
+    analysis::{profile::Profile, records::Exit, session::Undecodable},
     base::signals::Signals,
     groups::{GroupOptions, Groups},
     probes::{load::Probes, maps::KernelLosses, plan::Plan},
@@ -79,13 +79,14 @@ impl RecordSink for Folded {
 impl Folded {
     /// Every loss so far (none is `unfinished`: serve has no end to finish by).
     fn losses(&self, probes: &Probes) -> anyhow::Result<Losses> {
-        Ok(Losses {
-            kernel: KernelLosses::read(&probes.ebpf)?,
-            undecodable: self.undecodable,
-            unfinished: 0,
-            hits: self.profile.lost_hits,
-            probe_misses: probes.misses()?,
-        })
+        let undecodable = Undecodable { exits: self.undecodable, ..Undecodable::default() };
+        Ok(Losses::new(
+            &KernelLosses::read(&probes.ebpf)?,
+            undecodable,
+            self.profile.lost_hits,
+            0,
+            probes.misses()?,
+        ))
     }
 }
 
@@ -127,7 +128,7 @@ pub async fn collect(
             _ = publishes.tick() => {
                 let losses = folded.losses(probes)?;
                 let expired = folded.groups.as_mut().map(|g| g.expire(monotonic_now_ns()));
-                let state = (folded.profile.exits, losses.by_cause().map(|(_, _, n)| n));
+                let state = (folded.profile.exits, losses);
                 // The programs' counts move with every context switch: always new.
                 if bpf_stats || published.as_ref() != Some(&state) || expired.is_some_and(|n| n > 0) {
                     let costs = if bpf_stats { probes.costs()? } else { Vec::new() };

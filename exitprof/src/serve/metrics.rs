@@ -4,7 +4,9 @@
 
 use crate::{
     analysis::{fixed_buckets::FixedBuckets, profile::Profile, records::ExitKind},
-    export::prom::{LATENCY, LOSSES, LOSSES_HELP, TextFormat, Writer, seconds},
+    export::prom::{
+        DIAGNOSTICS, LATENCY, LOSSES, TextFormat, Writer, diagnostics_help, losses_help, seconds,
+    },
     groups::Groups,
     probes::load::ProgramCost,
     run::{Losses, own_cost},
@@ -107,9 +109,13 @@ pub fn render(snapshot: &Snapshot, labels: &Labels, format: TextFormat) -> Vec<u
     let lost = "exitprof_exits_lost_total";
     out.family(lost, "counter", "Exits lost, all causes together.");
     out.sample(lost, &common, &[], snapshot.losses.exits());
-    out.family(LOSSES, "counter", LOSSES_HELP);
-    for (cause, _, n) in snapshot.losses.by_cause() {
-        out.sample(LOSSES, &common, &[("cause", cause)], n);
+    out.family(LOSSES, "counter", &losses_help());
+    for (cause, n) in snapshot.losses.by_cause() {
+        out.sample(LOSSES, &common, &[("cause", cause.key)], n);
+    }
+    out.family(DIAGNOSTICS, "counter", &diagnostics_help());
+    for (counter, n) in snapshot.losses.diagnostics() {
+        out.sample(DIAGNOSTICS, &common, &[("counter", counter.key)], n);
     }
     if let Some(groups) = &snapshot.groups {
         let families = [
@@ -180,8 +186,13 @@ mod tests {
         openmetrics::parse_openmetrics, prometheus::parse_prometheus,
     };
 
+    use exitprof_common::counters;
+
     use super::*;
-    use crate::analysis::histogram::Latency;
+    use crate::{
+        analysis::{histogram::Latency, session::Undecodable},
+        probes::maps::KernelLosses,
+    };
 
     fn snapshot() -> Snapshot {
         let mut latency = Latency::default();
@@ -199,8 +210,11 @@ mod tests {
             buckets: FixedBuckets::of(&latency.hist, latency.total_ns),
         })
         .into();
-        let mut losses = Losses { undecodable: 2, ..Losses::default() };
-        losses.kernel.ringbuf_full = 3;
+        let mut kernel = KernelLosses::default();
+        kernel.0[counters::RINGBUF_FULL as usize] = 3;
+        kernel.0[counters::STALE_REFUSALS as usize] = 7;
+        let undecodable = Undecodable { exits: 2, deferred: 4, stacks: 0 };
+        let losses = Losses::new(&kernel, undecodable, 0, 0, 0);
         let groups = Some(GroupCounts { kept: 1, overflowed: 4, expired: 6 });
         let programs = ["sched_switch", "sched_process_exit"]
             .map(|program| ProgramCost {
@@ -270,8 +284,18 @@ mod tests {
             panic!("not a counter")
         };
         assert_eq!(c.value.as_f64(), 5.0, "ring buffer full and undecodable");
-        let causes = Losses::default().by_cause().len();
+        let causes = Losses::default().by_cause().count();
         assert_eq!(counter("exitprof_losses").iter_samples().count(), causes);
+        let diagnostics = counter("exitprof_diagnostics");
+        assert_eq!(diagnostics.iter_samples().count(), Losses::default().diagnostics().count());
+        let stale = diagnostics
+            .iter_samples()
+            .find(|s| {
+                s.get_labelset().unwrap().get_label_value("counter") == Some("stale_refusals")
+            })
+            .expect("stale_refusals served");
+        let PrometheusValue::Counter(c) = &stale.value else { panic!("not a counter") };
+        assert_eq!(c.value.as_f64(), 7.0);
         assert_eq!(counter("exitprof_group_overflow_exits").iter_samples().count(), 1);
         assert_eq!(counter("process_cpu_seconds").iter_samples().count(), 1);
         assert_eq!(counter("exitprof_bpf_program_runs").iter_samples().count(), 2);

@@ -13,6 +13,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use exitprof_common::counters;
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -248,9 +249,9 @@ impl Closing {
             child: outcome.child.clone(),
             elapsed: outcome.elapsed,
             ended: outcome.ended,
-            kernel_losses: outcome.losses.kernel.by_name(),
-            probe_misses: outcome.losses.probe_misses,
-            unfinished: outcome.losses.unfinished,
+            kernel_losses: outcome.losses.kernel().by_name(),
+            probe_misses: outcome.losses.get(counters::PROBE_MISSES),
+            unfinished: outcome.losses.get(counters::UNFINISHED),
             kernel_cost: outcome.kernel_cost.clone(),
             interrupted: outcome.interrupted,
             own_cost: outcome.own_cost,
@@ -346,9 +347,11 @@ mod tests {
 
     #[test]
     fn every_kernel_counter_reads_back() {
-        let losses = KernelLosses { ringbuf_full: 1, stray_ends: 2, ..KernelLosses::default() };
+        let mut losses = KernelLosses::default();
+        losses.0[counters::RINGBUF_FULL as usize] = 1;
+        losses.0[counters::STRAY_ENDS as usize] = 2;
         assert_eq!(KernelLosses::from_names(&losses.by_name()), losses);
         let missing = BTreeMap::from([("samples".to_owned(), 5), ("newer".to_owned(), 6)]);
-        assert_eq!(KernelLosses::from_names(&missing).samples, 5);
+        assert_eq!(KernelLosses::from_names(&missing).0[counters::SAMPLES as usize], 5);
     }
 }
