@@ -542,6 +542,12 @@ pub struct ServeArgs {
     /// counting adds two clock reads to every run of every BPF program on the machine.
     #[arg(long)]
     pub bpf_stats: bool,
+    /// Serve over TLS and/or behind basic auth, as this file says, in the web configuration
+    /// format Prometheus's exporters share (tls_server_config: cert_file, key_file, optional
+    /// client_ca_file and client_auth_type, min_version; basic_auth_users: bcrypt hashes by
+    /// user). Read again when it or a file it names changes, or on SIGHUP.
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config: Option<PathBuf>,
 }
 
 /// `exitprof diff`.
@@ -714,6 +720,7 @@ impl ServeArgs {
             listen: self.listen,
             ringbuf_bytes: self.ringbuf_bytes,
             bpf_stats: self.bpf_stats,
+            web_config: self.web_config.clone(),
         }
     }
 }

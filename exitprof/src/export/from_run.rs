@@ -39,7 +39,9 @@ impl ExportSet {
             .profile
             .latencies()
             .map(|(stage, latency)| series_of(None, stage, latency))
-            .chain(groups.map(|(name, group)| series_of(Some(name), "exit", &group.exit)))
+            .chain(groups.filter_map(|(name, group)| {
+                Some(series_of(Some(name), "exit", group.exit.as_ref()?))
+            }))
             .collect();
         Self {
             compared: None,

@@ -229,6 +229,11 @@ impl Writer {
         self.sample(&format!("{name}_count"), labels, &[], buckets.count());
     }
 
+    /// What was written since the last take: a document's next part.
+    pub fn take(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.out).into_bytes()
+    }
+
     /// The document, with OpenMetrics' end marker where it needs one.
     pub fn finish(mut self) -> Vec<u8> {
         if self.format == TextFormat::OpenMetrics {

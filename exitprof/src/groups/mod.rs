@@ -50,6 +50,9 @@ pub const OTHER: &str = "other";
 /// The groups of the exits seen.
 pub struct Groups {
     options: GroupOptions,
+    /// Whether each group keeps an HdrHistogram of its whole exit, for a run's table of the
+    /// groups' percentiles; serve's series are the fixed buckets alone.
+    percentiles: bool,
     by_name: HashMap<String, Group>,
     /// The paths of the cgroups exits ran in, by id.
     pub cgroup_paths: CgroupPaths,
@@ -61,42 +64,55 @@ pub struct Groups {
 
 /// The exits of one group.
 pub struct Group {
-    /// The whole exit's latencies, all kinds together (percentiles within 1 %).
-    pub exit: Latency,
+    /// The whole exit's latencies, all kinds together (percentiles within 1 %), where the
+    /// groups keep them (a run's, not serve's: some 37 KB a group).
+    pub exit: Option<Latency>,
     /// The whole exit's and each stage's latencies by kind of exit, in fixed buckets (an
-    /// HdrHistogram per series would cost each group megabytes).
+    /// HdrHistogram per series would cost each group megabytes): some 300 bytes a series.
     pub series: BTreeMap<(ExitKind, String), FixedBuckets>,
+    /// The whole exits' time, all kinds together.
+    pub exit_ns: u128,
     /// Each stage's time, all kinds together.
     pub stage_ns: BTreeMap<String, u128>,
     /// When its last exit ended (the kernel's monotonic clock).
     pub last_exit_ns: u64,
 }
 
-impl Default for Group {
-    fn default() -> Self {
+impl Group {
+    fn new(percentiles: bool) -> Self {
         Self {
-            exit: Latency::coarse(),
+            exit: percentiles.then(Latency::coarse),
             series: BTreeMap::new(),
+            exit_ns: 0,
             stage_ns: BTreeMap::new(),
             last_exit_ns: 0,
         }
     }
-}
 
-impl Group {
     /// The stage (not the whole exit) that holds the most of the group's time, with its share
     /// of the whole exits' time.
     pub fn top_stage(&self) -> Option<(&str, f64)> {
         let (name, &ns) = self.stage_ns.iter().max_by_key(|(_, ns)| **ns)?;
-        let whole = self.exit.total_ns;
+        let whole = self.exit_ns;
         Some((name, if whole == 0 { 0.0 } else { ns as f64 / whole as f64 }))
     }
 }
 
 impl Groups {
+    /// A run's groups, each with the percentiles of its whole exit.
     pub fn new(options: GroupOptions) -> Self {
+        Self::keeping(options, true)
+    }
+
+    /// serve's groups: each group's series in the fixed buckets, and nothing else.
+    pub fn series_only(options: GroupOptions) -> Self {
+        Self::keeping(options, false)
+    }
+
+    fn keeping(options: GroupOptions, percentiles: bool) -> Self {
         Self {
             options,
+            percentiles,
             by_name: HashMap::new(),
             cgroup_paths: CgroupPaths::default(),
             overflowed: 0,
@@ -112,17 +128,21 @@ impl Groups {
     pub fn add(&mut self, exit: &Exit, profile: &Profile, spans: &[Span]) {
         let name = self.group_of(exit);
         let full = self.by_name.len() >= self.options.max_groups;
+        let new = || Group::new(self.percentiles);
         let group = match self.by_name.get_mut(name.as_ref()) {
             Some(group) => group,
             None if full && name != OTHER => {
                 self.overflowed += 1;
-                self.by_name.entry(OTHER.to_owned()).or_default()
+                self.by_name.entry(OTHER.to_owned()).or_insert_with(new)
             }
-            None => self.by_name.entry(name.into_owned()).or_default(),
+            None => self.by_name.entry(name.into_owned()).or_insert_with(new),
         };
         let kind = exit.kind();
         let ns = exit.duration_ns();
-        group.exit.record_waits(ns, exit.off_cpu_ns(), exit.runq_ns());
+        if let Some(latency) = &mut group.exit {
+            latency.record_waits(ns, exit.off_cpu_ns(), exit.runq_ns());
+        }
+        group.exit_ns += u128::from(ns);
         let whole = profile.whole_exit_series(exit);
         group.series.entry((kind, whole.into_owned())).or_default().record(ns);
         // A stage can occur more than once in an exit: one value per stage, as the profile has.
@@ -162,12 +182,16 @@ impl Groups {
         expired
     }
 
-    /// The groups, the slowest (by whole-exit p99) first.
-    pub fn by_p99(&self) -> Vec<(&str, &Group)> {
-        let mut groups: Vec<(&str, &Group)> =
-            self.by_name.iter().map(|(name, g)| (name.as_str(), g)).collect();
-        groups.sort_by_key(|(name, g)| {
-            (std::cmp::Reverse(g.exit.hist.value_at_quantile(0.99)), *name)
+    /// The groups with their whole exit's percentiles, the slowest (by p99) first (none in
+    /// serve's).
+    pub fn by_p99(&self) -> Vec<(&str, &Group, &Latency)> {
+        let mut groups: Vec<(&str, &Group, &Latency)> = self
+            .by_name
+            .iter()
+            .filter_map(|(name, g)| Some((name.as_str(), g, g.exit.as_ref()?)))
+            .collect();
+        groups.sort_by_key(|(name, _, exit)| {
+            (std::cmp::Reverse(exit.hist.value_at_quantile(0.99)), *name)
         });
         groups
     }

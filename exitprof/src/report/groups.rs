@@ -36,8 +36,8 @@ impl GroupsDoc {
         let groups_doc = groups
             .by_p99()
             .into_iter()
-            .map(|(name, group)| {
-                let summary = group.exit.summary();
+            .map(|(name, group, exit)| {
+                let summary = exit.summary();
                 let top = group.top_stage();
                 GroupDoc {
                     name: name.to_owned(),

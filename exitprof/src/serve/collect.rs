@@ -5,12 +5,19 @@ use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use tokio::{sync::watch, time::MissedTickBehavior};
 
-use super::metrics::Snapshot;
+use super::{
+    metrics::Snapshot,
+    read_errors::{ReadErrors, Source},
+};
 use crate::{
     analysis::{profile::Profile, records::Exit, session::Undecodable},
     base::signals::Signals,
     groups::{GroupOptions, Groups},
-    probes::{load::Probes, maps::KernelLosses, plan::Plan},
+    probes::{
+        load::{Probes, ProgramCost},
+        maps::KernelLosses,
+        plan::Plan,
+    },
     run::{
         Losses,
         collect::RecordSink,
@@ -35,11 +42,16 @@ pub enum Ended {
 }
 
 /// What serve keeps of the records: the exits' histograms, fixed in size, and their groups',
-/// bounded in number.
+/// bounded in number; and the last figures read from the kernel, served again where a read
+/// fails.
 struct Folded {
     profile: Profile,
     groups: Option<Groups>,
     undecodable: u64,
+    kernel_losses: KernelLosses,
+    probe_misses: u64,
+    costs: Vec<ProgramCost>,
+    read_errors: ReadErrors,
 }
 
 impl RecordSink for Folded {
@@ -77,16 +89,36 @@ impl RecordSink for Folded {
 }
 
 impl Folded {
-    /// Every loss so far (none is `unfinished`: serve has no end to finish by).
-    fn losses(&self, probes: &Probes) -> anyhow::Result<Losses> {
+    fn new(plan: &Plan, groups: Option<GroupOptions>) -> Self {
+        Self {
+            profile: Profile::new(plan),
+            groups: groups.map(Groups::series_only),
+            undecodable: 0,
+            kernel_losses: KernelLosses::default(),
+            probe_misses: 0,
+            costs: Vec::new(),
+            read_errors: ReadErrors::default(),
+        }
+    }
+
+    /// Every loss so far (none is `unfinished`: serve has no end to finish by); a count that
+    /// cannot be read now is served as last read.
+    fn losses(&mut self, probes: &Probes) -> Losses {
+        let errors = &mut self.read_errors;
+        let kernel = errors.keep(
+            Source::LossCounters,
+            KernelLosses::read(&probes.ebpf),
+            &mut self.kernel_losses,
+        );
+        let probe_misses =
+            errors.keep(Source::ProbeMisses, probes.misses(), &mut self.probe_misses);
         let undecodable = Undecodable { exits: self.undecodable, ..Undecodable::default() };
-        Ok(Losses::new(
-            &KernelLosses::read(&probes.ebpf)?,
-            undecodable,
-            self.profile.lost_hits,
-            0,
-            probes.misses()?,
-        ))
+        Losses::new(&kernel, undecodable, self.profile.lost_hits, 0, probe_misses)
+    }
+
+    /// Each program's runs and run time, as last read where they cannot be read now.
+    fn costs(&mut self, probes: &Probes) -> Vec<ProgramCost> {
+        self.read_errors.keep(Source::ProgramStats, probes.costs(), &mut self.costs)
     }
 }
 
@@ -110,8 +142,7 @@ pub async fn collect(
     publish: &watch::Sender<Arc<Snapshot>>,
 ) -> anyhow::Result<Ended> {
     let (probes, mut streams) = attached.split();
-    let mut folded =
-        Folded { profile: Profile::new(plan), groups: groups.map(Groups::new), undecodable: 0 };
+    let mut folded = Folded::new(plan, groups);
     let mut reads = tokio::time::interval(READ_INTERVAL);
     reads.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut publishes = tokio::time::interval(PUBLISH_INTERVAL);
@@ -126,14 +157,19 @@ pub async fn collect(
                 streams.drain(&mut folded);
             }
             _ = publishes.tick() => {
-                let losses = folded.losses(probes)?;
+                let losses = folded.losses(probes);
                 let expired = folded.groups.as_mut().map(|g| g.expire(monotonic_now_ns()));
-                let state = (folded.profile.exits, losses);
+                let state = (folded.profile.exits, losses, folded.read_errors);
                 // The programs' counts move with every context switch: always new.
                 if bpf_stats || published.as_ref() != Some(&state) || expired.is_some_and(|n| n > 0) {
-                    let costs = if bpf_stats { probes.costs()? } else { Vec::new() };
-                    let snapshot =
-                        Snapshot::take(&folded.profile, folded.groups.as_ref(), losses, costs);
+                    let costs = if bpf_stats { folded.costs(probes) } else { Vec::new() };
+                    let snapshot = Snapshot::take(
+                        &folded.profile,
+                        folded.groups.as_ref(),
+                        losses,
+                        costs,
+                        folded.read_errors,
+                    );
                     publish.send_replace(Arc::new(snapshot));
                     published = Some(state);
                 }

@@ -1,41 +1,59 @@
-//! serve's HTTP side: `GET /metrics`, `GET /healthz`, and 404 for anything else. Connections
-//! are served one task each, under limits, so that a scraper that hangs or sends garbage costs
-//! one connection and never the collection: a request head must arrive within
-//! [`HEADER_READ_TIMEOUT`] and fit in [`MAX_REQUEST_HEAD`] (else hyper answers 400 or closes),
-//! a request is answered within [`REQUEST_TIMEOUT`], bodies are refused, and at most
-//! [`MAX_CONNECTIONS`] are open at once.
+//! serve's HTTP side: `GET /metrics`, `GET /healthz`, and 404 for anything else, over TLS and
+//! behind basic auth where the web configuration asks for them. Every connection is accepted and
+//! served on its own task under limits, so that a client that idles, trickles or garbles costs
+//! one connection and never the scrapes nor the collection:
+//! - admission ([`super::admission`]): at most 256 connections, 16 from one address; over a
+//!   bound the connection idle the longest is shed;
+//! - each exchange within [`EXCHANGE_TIMEOUT`] of the connection's last progress (its start or
+//!   its last answer): the TLS handshake and the request head must arrive, and the answer be
+//!   taken whole, in that time, however the bytes trickle in or out;
+//! - a request head fits in [`MAX_REQUEST_HEAD`] (else 400 or 431), bodies are refused (413);
+//! - a scrape's document is rendered a few series at a time as the client takes it, from the
+//!   latest snapshot (shared): a connection holds a chunk of text, never the whole document.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    convert::Infallible,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
 
 use axum::{
     Router,
-    extract::State,
+    body::{Body, Bytes},
+    extract::{Request, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
+    middleware::{self, Next},
     response::{IntoResponse, Response},
     routing::get,
 };
-use hyper_util::{
-    rt::{TokioIo, TokioTimer},
-    service::TowerToHyperService,
-};
+use http_body::Frame;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{
-    net::TcpListener,
-    sync::{Semaphore, watch},
+    io::{AsyncRead, AsyncWrite},
+    net::{TcpListener, TcpStream},
+    sync::watch,
 };
+use tower::ServiceExt as _;
 use tower_http::{limit::RequestBodyLimitLayer, timeout::TimeoutLayer};
 
-use super::metrics::{Labels, Snapshot, render};
+use super::{
+    admission::{Admission, Connection},
+    metrics::{Document, Labels, Snapshot},
+    web_config::WebConfig,
+};
 use crate::export::prom::TextFormat;
 
-/// How long a client may take to send a request's head (also the longest a kept-alive
-/// connection may stay idle).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection may take over each exchange, from its start or its last answer: the
+/// TLS handshake and the request head to arrive, the answer to be taken. Also the longest a
+/// kept-alive connection stays idle.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a request may take to be answered.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest request head read (a scrape's is a few hundred bytes; hyper's least is 8 KiB).
 const MAX_REQUEST_HEAD: usize = 16 << 10;
-/// Connections open at once; more wait to be accepted.
-const MAX_CONNECTIONS: usize = 256;
 
 #[derive(Clone)]
 struct Served {
@@ -43,24 +61,29 @@ struct Served {
     labels: Arc<Labels>,
 }
 
-/// The routes, with their limits.
-pub fn router(snapshots: watch::Receiver<Arc<Snapshot>>, labels: Arc<Labels>) -> Router {
+/// The routes, with their limits, and basic auth where the web configuration in force asks for
+/// it (but on `/healthz`, which tells nothing).
+pub fn router(
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    labels: Arc<Labels>,
+    web: watch::Receiver<Arc<WebConfig>>,
+) -> Router {
     Router::new()
         .route("/metrics", get(metrics).fallback(not_found))
-        .route("/healthz", get(healthz).fallback(not_found))
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(web, authorized))
+        .route("/healthz", get(healthz).fallback(not_found))
         .with_state(Served { snapshots, labels })
         .layer(RequestBodyLimitLayer::new(0))
         .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, REQUEST_TIMEOUT))
 }
 
 /// Accepts connections until the task is aborted.
-pub async fn serve(listener: TcpListener, router: Router) {
-    let open = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+pub async fn serve(listener: TcpListener, router: Router, web: watch::Receiver<Arc<WebConfig>>) {
+    let admission = Admission::new();
     loop {
-        let Ok(permit) = open.clone().acquire_owned().await else { return };
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
             Err(e) => {
                 // Out of descriptors, or a connection reset before it was accepted: the next
                 // one may do.
@@ -69,19 +92,131 @@ pub async fn serve(listener: TcpListener, router: Router) {
                 continue;
             }
         };
-        let service = TowerToHyperService::new(router.clone());
+        // Dropped, the stream is closed.
+        let Some(admitted) = admission.admit(peer.ip()) else {
+            log::debug!("{peer}: refused, every connection is being answered");
+            continue;
+        };
+        let tls = web.borrow().tls.clone();
+        let router = router.clone();
         tokio::spawn(async move {
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .max_buf_size(MAX_REQUEST_HEAD)
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = connection.await {
-                log::debug!("connection ended: {e}");
+            let connection = admitted.connection.clone();
+            tokio::select! {
+                () = connection.shed() => log::debug!("{peer}: shed for another connection"),
+                () = connection.stalled(EXCHANGE_TIMEOUT) => {
+                    log::debug!("{peer}: no exchange within {EXCHANGE_TIMEOUT:?}");
+                }
+                () = serve_connection(stream, tls, router, connection.clone()) => {}
             }
-            drop(permit);
+            drop(admitted);
         });
     }
+}
+
+/// Serves one connection's requests, after a TLS handshake where the configuration asks for
+/// TLS (a client that speaks plain HTTP to it fails the handshake and is closed).
+async fn serve_connection(
+    stream: TcpStream,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    router: Router,
+    connection: Arc<Connection>,
+) {
+    let result = match tls {
+        None => serve_http(stream, router, connection).await,
+        Some(acceptor) => match acceptor.accept(stream).await {
+            Ok(stream) => serve_http(stream, router, connection).await,
+            Err(e) => {
+                log::debug!("TLS handshake: {e}");
+                return;
+            }
+        },
+    };
+    if let Err(e) = result {
+        log::debug!("connection ended: {e}");
+    }
+}
+
+async fn serve_http(
+    stream: impl AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    router: Router,
+    connection: Arc<Connection>,
+) -> hyper::Result<()> {
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        let (router, connection) = (router.clone(), connection.clone());
+        async move {
+            connection.answering();
+            let response = router.oneshot(request).await?;
+            Ok::<_, Infallible>(response.map(|body| Answer { body, connection: Some(connection) }))
+        }
+    });
+    hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(EXCHANGE_TIMEOUT)
+        .max_buf_size(MAX_REQUEST_HEAD)
+        .serve_connection(TokioIo::new(stream), service)
+        .await
+}
+
+/// An answer's body, which tells its connection when it has been taken whole (or abandoned).
+struct Answer {
+    body: Body,
+    connection: Option<Arc<Connection>>,
+}
+
+impl http_body::Body for Answer {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            self.taken();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Answer {
+    fn taken(&mut self) {
+        if let Some(connection) = self.connection.take() {
+            connection.answered();
+        }
+    }
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        self.taken();
+    }
+}
+
+/// Lets a request through where the configuration in force has no users or the request names
+/// one with its password; else 401.
+async fn authorized(
+    State(web): State<watch::Receiver<Arc<WebConfig>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let users = web.borrow().users.clone();
+    if let Some(users) = users {
+        let authorization = request.headers().get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
+        if !users.allow(authorization).await {
+            let challenge = [(header::WWW_AUTHENTICATE, r#"Basic realm="exitprof""#)];
+            return (StatusCode::UNAUTHORIZED, challenge, "Unauthorized\n").into_response();
+        }
+    }
+    next.run(request).await
 }
 
 async fn metrics(State(served): State<Served>, headers: HeaderMap) -> Response {
@@ -89,8 +224,23 @@ async fn metrics(State(served): State<Served>, headers: HeaderMap) -> Response {
     // The snapshot is shared, not copied: the collection loop is never kept waiting by a
     // render.
     let snapshot = served.snapshots.borrow().clone();
-    let body = render(&snapshot, &served.labels, format);
-    ([(header::CONTENT_TYPE, format.content_type())], body).into_response()
+    let document = Document::new(snapshot, served.labels.clone(), format);
+    ([(header::CONTENT_TYPE, format.content_type())], Body::new(Chunks(document))).into_response()
+}
+
+/// A document as a body, a chunk at a time.
+struct Chunks(Document);
+
+impl http_body::Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.0.next().map(|chunk| Ok(Frame::data(Bytes::from(chunk)))))
+    }
 }
 
 async fn healthz() -> &'static str {

@@ -2,6 +2,9 @@
 //! shared read-only), rendered per scrape in the format the scraper asked for, with exitprof's
 //! own CPU time and memory read at the scrape.
 
+use std::sync::Arc;
+
+use super::read_errors::ReadErrors;
 use crate::{
     analysis::{fixed_buckets::FixedBuckets, profile::Profile, records::ExitKind},
     export::prom::{
@@ -22,6 +25,8 @@ pub struct Snapshot {
     pub groups: Option<GroupCounts>,
     /// Each program's runs and run time, with `--bpf-stats`; empty without.
     pub programs: Vec<ProgramCost>,
+    /// Reads of the kernel's counters that failed (their last values are served).
+    pub read_errors: ReadErrors,
 }
 
 pub struct GroupCounts {
@@ -31,6 +36,7 @@ pub struct GroupCounts {
 }
 
 /// One stage's histogram for one kind of exit (of one group, where exits are grouped).
+#[derive(Clone)]
 pub struct StageSeries {
     pub kind: ExitKind,
     pub stage: String,
@@ -45,6 +51,7 @@ impl Snapshot {
         groups: Option<&Groups>,
         losses: Losses,
         programs: Vec<ProgramCost>,
+        read_errors: ReadErrors,
     ) -> Self {
         let series = match groups {
             None => profile
@@ -73,7 +80,7 @@ impl Snapshot {
             overflowed: g.overflowed,
             expired: g.expired,
         });
-        Self { series, exits_recorded: profile.exits, losses, groups, programs }
+        Self { series, exits_recorded: profile.exits, losses, groups, programs, read_errors }
     }
 }
 
@@ -83,39 +90,84 @@ pub struct Labels {
     pub attach: String,
 }
 
-/// The document of one scrape.
-pub fn render(snapshot: &Snapshot, labels: &Labels, format: TextFormat) -> Vec<u8> {
-    let mut out = Writer::new(format);
-    let common = [("kernel", labels.kernel.clone()), ("attach", labels.attach.clone())];
-    out.family(
-        LATENCY,
-        "histogram",
-        "Time exiting tasks spent in each stage of their exit since exitprof started, by kind \
-         (thread: a thread of a process that lives on; process: its last thread; unknown: not \
-         told apart on this kernel); stage exit is the whole exit from its first instant, \
-         exit_from_<point> the whole exits timed from a later point (no start probe covered \
-         their path).",
-    );
-    for series in &snapshot.series {
-        let mut series_labels =
-            vec![("stage", series.stage.clone()), ("kind", series.kind.name().to_owned())];
-        series_labels.extend(series.group.clone().map(|group| ("group", group)));
-        series_labels.extend(common.iter().cloned());
-        out.histogram(LATENCY, &series_labels, &series.buckets);
+/// Latency series rendered in one chunk of a document: some 100 KB of text.
+const SERIES_PER_CHUNK: usize = 16;
+
+/// The document of one scrape, rendered a chunk at a time as it is sent: with a thousand
+/// groups it is some 15 MB of text, which a scrape then never holds whole.
+pub struct Document {
+    snapshot: Arc<Snapshot>,
+    labels: Arc<Labels>,
+    /// `None` once the document is finished.
+    out: Option<Writer>,
+    /// The next latency series to render.
+    next: usize,
+}
+
+impl Document {
+    pub fn new(snapshot: Arc<Snapshot>, labels: Arc<Labels>, format: TextFormat) -> Self {
+        Self { snapshot, labels, out: Some(Writer::new(format)), next: 0 }
     }
+}
+
+impl Iterator for Document {
+    type Item = Vec<u8>;
+
+    /// The next chunk: the latency family's series, [`SERIES_PER_CHUNK`] at a time, then
+    /// everything else.
+    fn next(&mut self) -> Option<Vec<u8>> {
+        let out = self.out.as_mut()?;
+        let common =
+            [("kernel", self.labels.kernel.clone()), ("attach", self.labels.attach.clone())];
+        let series = &self.snapshot.series;
+        if self.next == 0 {
+            out.family(LATENCY, "histogram", LATENCY_HELP);
+        }
+        if self.next < series.len() {
+            let end = series.len().min(self.next + SERIES_PER_CHUNK);
+            for series in &series[self.next..end] {
+                let mut series_labels =
+                    vec![("stage", series.stage.clone()), ("kind", series.kind.name().to_owned())];
+                series_labels.extend(series.group.clone().map(|group| ("group", group)));
+                series_labels.extend(common.iter().cloned());
+                out.histogram(LATENCY, &series_labels, &series.buckets);
+            }
+            self.next = end;
+            return Some(out.take());
+        }
+        let mut out = self.out.take()?;
+        render_counters(&mut out, &self.snapshot, &common);
+        Some(out.finish())
+    }
+}
+
+const LATENCY_HELP: &str = "Time exiting tasks spent in each stage of their exit since exitprof \
+    started, by kind (thread: a thread of a process that lives on; process: its last thread; \
+    unknown: not told apart on this kernel); stage exit is the whole exit from its first \
+    instant, exit_from_<point> the whole exits timed from a later point (no start probe covered \
+    their path).";
+
+/// The document of one scrape, whole.
+#[cfg(test)]
+pub fn render(snapshot: Snapshot, labels: Labels, format: TextFormat) -> Vec<u8> {
+    Document::new(Arc::new(snapshot), Arc::new(labels), format).flatten().collect()
+}
+
+/// Everything after the latency series: counters, groups, programs, exitprof's own cost.
+fn render_counters(out: &mut Writer, snapshot: &Snapshot, common: &[(&str, String)]) {
     let recorded = "exitprof_exits_recorded_total";
     out.family(recorded, "counter", "Exits timed and recorded.");
-    out.sample(recorded, &common, &[], snapshot.exits_recorded);
+    out.sample(recorded, common, &[], snapshot.exits_recorded);
     let lost = "exitprof_exits_lost_total";
     out.family(lost, "counter", "Exits lost, all causes together.");
-    out.sample(lost, &common, &[], snapshot.losses.exits());
+    out.sample(lost, common, &[], snapshot.losses.exits());
     out.family(LOSSES, "counter", &losses_help());
     for (cause, n) in snapshot.losses.by_cause() {
-        out.sample(LOSSES, &common, &[("cause", cause.key)], n);
+        out.sample(LOSSES, common, &[("cause", cause.key)], n);
     }
     out.family(DIAGNOSTICS, "counter", &diagnostics_help());
     for (counter, n) in snapshot.losses.diagnostics() {
-        out.sample(DIAGNOSTICS, &common, &[("counter", counter.key)], n);
+        out.sample(DIAGNOSTICS, common, &[("counter", counter.key)], n);
     }
     if let Some(groups) = &snapshot.groups {
         let families = [
@@ -140,10 +192,20 @@ pub fn render(snapshot: &Snapshot, labels: &Labels, format: TextFormat) -> Vec<u
         ];
         for (name, kind, help, value) in families {
             out.family(name, kind, help);
-            out.sample(name, &common, &[], value);
+            out.sample(name, common, &[], value);
         }
     }
-    render_programs(&mut out, &snapshot.programs, &common);
+    render_programs(out, &snapshot.programs, common);
+    let read_errors = "exitprof_read_errors_total";
+    out.family(
+        read_errors,
+        "counter",
+        "Reads of the kernel's counters that failed, by what was read; the last values read \
+         are served meanwhile.",
+    );
+    for (source, n) in snapshot.read_errors.by_source() {
+        out.sample(read_errors, common, &[("source", source.name())], n);
+    }
 
     let cpu = own_cost::CpuTime::now();
     let cpu_total = "process_cpu_seconds_total";
@@ -154,7 +216,6 @@ pub fn render(snapshot: &Snapshot, labels: &Labels, format: TextFormat) -> Vec<u
         out.family(rss, "gauge", "exitprof's resident memory, in bytes.");
         out.sample(rss, &[], &[], bytes);
     }
-    out.finish()
 }
 
 /// Each program's runs and run time (`--bpf-stats`): what exitprof costs the node in the kernel.
@@ -223,15 +284,44 @@ mod tests {
                 run_ns: 1_500_000_250,
             })
             .into();
-        Snapshot { series, exits_recorded: 5, losses, groups, programs }
+        Snapshot {
+            series,
+            exits_recorded: 5,
+            losses,
+            groups,
+            programs,
+            read_errors: ReadErrors::default(),
+        }
+    }
+
+    fn labels() -> Labels {
+        Labels { kernel: "6.18.0".to_owned(), attach: "auto".to_owned() }
+    }
+
+    /// A document of many chunks is one document: each series once, the family declared once,
+    /// and the counters after them.
+    #[test]
+    fn a_document_in_chunks_is_one_document() {
+        let mut many = snapshot();
+        let one = many.series.pop().unwrap();
+        many.series = (0..SERIES_PER_CHUNK * 2 + 3)
+            .map(|i| StageSeries { group: Some(format!("g{i}")), ..one.clone() })
+            .collect();
+        let series = many.series.len();
+        let chunks: Vec<Vec<u8>> =
+            Document::new(Arc::new(many), Arc::new(labels()), TextFormat::OpenMetrics).collect();
+        assert_eq!(chunks.len(), 4, "three chunks of series and the rest");
+        let text = String::from_utf8(chunks.concat()).unwrap();
+        let doc = parse_openmetrics(&text).unwrap_or_else(|e| panic!("{e:?}:\n{text}"));
+        assert_eq!(doc.families[LATENCY].iter_samples().count(), series);
+        assert_eq!(text.matches(&format!("# TYPE {LATENCY} ")).count(), 1);
     }
 
     /// Both formats parse, with every family typed and every sample labelled as served.
     #[test]
     fn both_formats_parse_with_the_same_figures() {
-        let labels = Labels { kernel: "6.18.0".to_owned(), attach: "auto".to_owned() };
-        let text = String::from_utf8(render(&snapshot(), &labels, TextFormat::Prometheus)).unwrap();
-        let om = String::from_utf8(render(&snapshot(), &labels, TextFormat::OpenMetrics)).unwrap();
+        let text = String::from_utf8(render(snapshot(), labels(), TextFormat::Prometheus)).unwrap();
+        let om = String::from_utf8(render(snapshot(), labels(), TextFormat::OpenMetrics)).unwrap();
         assert!(om.ends_with("# EOF\n") && !text.contains("# EOF"));
         let prometheus = parse_prometheus(&text).unwrap_or_else(|e| panic!("{e:?}:\n{text}"));
         let openmetrics = parse_openmetrics(&om).unwrap_or_else(|e| panic!("{e:?}:\n{om}"));
@@ -299,6 +389,7 @@ mod tests {
         assert_eq!(counter("exitprof_group_overflow_exits").iter_samples().count(), 1);
         assert_eq!(counter("process_cpu_seconds").iter_samples().count(), 1);
         assert_eq!(counter("exitprof_bpf_program_runs").iter_samples().count(), 2);
+        assert_eq!(counter("exitprof_read_errors").iter_samples().count(), 3);
         for sample in counter("exitprof_bpf_program_run_seconds").iter_samples() {
             let PrometheusValue::Counter(c) = &sample.value else { panic!("not a counter") };
             assert_eq!(c.value.as_f64(), 1.50000025);

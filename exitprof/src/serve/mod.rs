@@ -1,18 +1,24 @@
 //! `exitprof serve`: a Prometheus exporter of exit latencies. It watches exits as a run does
 //! (`run::start`: the request checked, the plan, the programs attached), folds them for as long
 //! as it runs into per-stage histograms of a fixed size (`collect`), publishes snapshots of them,
-//! and serves each scrape from the latest snapshot (`metrics`) over HTTP (`http`).
+//! and serves each scrape from the latest snapshot (`metrics`) over HTTP (`http`), within the
+//! bounds of `admission`, over TLS and behind basic auth where a web configuration
+//! (`web_config`, `basic_auth`) asks for them.
 //!
 //! Nothing in it grows with the exits or the pids it sees: no on-CPU sampling, no block stacks,
 //! no deferred-work joins; only histograms (one per stage and kind of exit) and counters.
 //!
 //! Must not import `cli` (`main.rs` hands it a [`ServeRequest`]).
 
+mod admission;
+mod basic_auth;
 mod collect;
 mod http;
 mod metrics;
+mod read_errors;
+mod web_config;
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use tokio::{net::TcpListener, sync::watch};
@@ -20,10 +26,15 @@ use tokio::{net::TcpListener, sync::watch};
 use self::{
     collect::Ended,
     metrics::{Labels, Snapshot},
+    read_errors::ReadErrors,
+    web_config::WebConfig,
 };
 use crate::{
     analysis::profile::Profile,
-    base::signals::{Signals, signal_name},
+    base::{
+        UsageError,
+        signals::{Signals, signal_name},
+    },
     groups::{GroupOptions, Groups},
     probes::ProbeOptions,
     profiled::Target,
@@ -50,6 +61,8 @@ pub struct ServeRequest {
     pub groups: Option<GroupOptions>,
     /// Count exitprof's programs' runs and run time, and export them.
     pub bpf_stats: bool,
+    /// TLS and basic auth (`--web.config.file`).
+    pub web_config: Option<PathBuf>,
 }
 
 /// How long a group of exits keeps its series without an exit, by default.
@@ -67,7 +80,8 @@ pub fn serve(request: ServeRequest) -> anyhow::Result<()> {
 async fn run(request: ServeRequest) -> anyhow::Result<()> {
     // First, as in a run: a signal while loading ends serve by the normal path.
     let mut signals = Signals::new()?;
-    let ServeRequest { target, probes, listen, ringbuf_bytes, groups, bpf_stats } = request;
+    let ServeRequest { target, probes, listen, ringbuf_bytes, groups, bpf_stats, web_config } =
+        request;
     let run = RunRequest {
         target,
         // Sampling and block stacks feed tables that grow with the stacks seen: not in serve.
@@ -82,6 +96,11 @@ async fn run(request: ServeRequest) -> anyhow::Result<()> {
     };
     let (prepared, _) = prepare(&run.target)?;
     preflight()?;
+    // Before anything is loaded: a bad web configuration is a bad request.
+    let web = match web_config {
+        Some(path) => web_config::watched(path).map_err(|e| UsageError(format!("{e:#}")))?,
+        None => watch::channel(Arc::new(WebConfig::default())).1,
+    };
     // Before anything is loaded: an address in use is the first thing a second instance meets.
     let listener =
         TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
@@ -94,16 +113,23 @@ async fn run(request: ServeRequest) -> anyhow::Result<()> {
     // The whole exit's series, at zero, from the first scrape on: a rate over a window that
     // starts before the first exit then counts every exit. Where exits are grouped, no group
     // has series before its first exit, and the groups' counters start at zero.
-    let no_groups = groups.map(Groups::new);
-    let empty =
-        Snapshot::take(&Profile::new(&plan), no_groups.as_ref(), Losses::default(), Vec::new());
+    let no_groups = groups.map(Groups::series_only);
+    let empty = Snapshot::take(
+        &Profile::new(&plan),
+        no_groups.as_ref(),
+        Losses::default(),
+        Vec::new(),
+        ReadErrors::default(),
+    );
     let (publish, snapshots) = watch::channel(Arc::new(empty));
     // Serve is one run, for as long as it serves.
     attached.begin_run()?;
     let started = start(prepared, &run.target, None, true, Some(&mut attached.probes.ebpf))?;
     // Served once the target is watched: an answer from /healthz means collecting.
-    let server = tokio::spawn(http::serve(listener, http::router(snapshots, labels)));
-    eprintln!("exitprof: serving metrics on http://{listen}/metrics");
+    let scheme = if web.borrow().tls.is_some() { "https" } else { "http" };
+    let router = http::router(snapshots, labels, web.clone());
+    let server = tokio::spawn(http::serve(listener, router, web));
+    eprintln!("exitprof: serving metrics on {scheme}://{listen}/metrics");
 
     let ended = collect::collect(
         &mut attached,
