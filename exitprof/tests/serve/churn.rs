@@ -129,32 +129,65 @@ fn five_thousand_short_lived_cgroups_keep_serve_within_its_bounds() {
 
 /// Short-lived cgroups, each its own group here: few enough to keep them all.
 const NAMED: usize = 1_000;
+/// serve's peak resident memory with [`NAMED`] groups, at most, and what a group may add to an
+/// ungrouped serve's.
+const PEAK_RSS: u64 = 48 << 20;
+const PER_GROUP: u64 = 27 << 10;
 
-/// An exit is named after its cgroup's path even when the cgroup was made after serve last read
-/// the cgroups' records and removed before it read the exit (and so missing from the tree).
+/// A thousand short-lived cgroups, one exit each, under `--max-groups 1000`, beside an
+/// ungrouped serve watching the same exits: every exit is named after its cgroup's path even
+/// when the cgroup was made after serve last read the cgroups' records and removed before it
+/// read the exit (and so missing from the tree); all 1,000 groups are served, promtool accepts
+/// the document, and serve's peak memory (scrapes of the 1,000 groups' series included) is
+/// within [`PEAK_RSS`] and [`PER_GROUP`] a group over the ungrouped serve's.
 #[test]
-fn short_lived_cgroups_are_named_by_their_paths() {
+fn a_thousand_cgroups_are_named_and_served_within_their_memory() {
     require_root();
+    assert!(Path::new(PROMTOOL).exists(), "{PROMTOOL} is missing: `apt-get install prometheus`");
     let dir = tempfile::tempdir().unwrap();
     let name = task_name("n");
     let program = dir.path().join(&name);
     std::fs::copy("/bin/true", &program).expect("copying /bin/true");
     let cgroups = TestCgroups::new("names");
-    let served = Served::start(
+    let grouped = Served::start(
         dir.path(),
         &["--comm", &name, "--group-by", "cgroup", "--max-groups", "1000"],
     );
+    let ungrouped = Served::start(dir.path(), &["--comm", &name]);
     churn(&cgroups, &program, 0..NAMED);
-    let scrape = wait_for_exits(&served, NAMED);
+    wait_for_exits(&ungrouped, NAMED);
+    // Past a publish (once a second), each scraped in both formats.
+    let scrape = wait_for_exits(&grouped, NAMED);
+    std::thread::sleep(Duration::from_millis(1500));
+    for served in [&grouped, &ungrouped] {
+        served.get("/metrics", Some("application/openmetrics-text"));
+    }
     let groups = scrape.groups();
     let by_id: Vec<&&str> = groups.iter().filter(|g| g.starts_with("cgroup ")).collect();
+    let (peak, base) = (grouped.peak_rss_bytes(), ungrouped.peak_rss_bytes());
+    let per_group = peak.saturating_sub(base) / NAMED as u64;
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
     eprintln!(
-        "{NAMED} cgroups: {} groups, {} named by their cgroup's id",
+        "{NAMED} cgroups: {} groups, {} named by their cgroup's id, {} series, a scrape of {:.1} \
+         MB; serve's peak RSS {:.1} MiB (now {:.1}), ungrouped {:.1} MiB (now {:.1}): {:.1} KiB \
+         a group",
         groups.len(),
-        by_id.len()
+        by_id.len(),
+        scrape.series(),
+        scrape.body.len() as f64 / 1e6,
+        mib(peak),
+        mib(grouped.rss_bytes()),
+        mib(base),
+        mib(ungrouped.rss_bytes()),
+        per_group as f64 / 1024.0,
     );
     assert!(by_id.is_empty(), "groups named by id, their path unknown: {by_id:?}");
     assert_eq!(groups.len(), NAMED, "one group per cgroup");
+    assert_eq!(scrape.figure("exitprof_groups"), NAMED as f64);
+    assert_eq!(scrape.whole_exits(), NAMED as f64, "each exit in its group's series");
+    promtool_accepts(&scrape.body);
+    assert!(peak <= PEAK_RSS, "serve's peak RSS {:.1} MiB with {NAMED} groups", mib(peak));
+    assert!(per_group <= PER_GROUP, "{per_group} bytes a group over an ungrouped serve");
 }
 
 /// Churns [`CGROUPS`] cgroups, [`ROUND`] at a time, while a thread scrapes serve every

@@ -1,13 +1,16 @@
 //! `exitprof serve` against real scrapers: Debian's Prometheus, whose view of a storm's median
 //! exit must agree with exitprof's own report, and which sees each cgroup's exits in its group;
 //! 50 concurrent scrapers; 2M exits in one serve, with its memory flat; 5,000 short-lived
-//! cgroups under `--group-by cgroup` (`churn`); its HTTP edges and its end on a signal; and the
-//! Grafana dashboard that charts it.
+//! cgroups under `--group-by cgroup`, and 1,000 groups within their memory (`churn`); its HTTP
+//! edges and its end on a signal; a flood of idle and trickling connections (`flood`); TLS and
+//! basic auth from a web configuration (`tls`); and the Grafana dashboard that charts it.
 
 mod churn;
 mod dashboard;
+mod flood;
 mod prometheus;
 mod served;
+mod tls;
 
 use std::{
     io::{Read as _, Write as _},

@@ -1,5 +1,5 @@
 //! Debian's Prometheus, started on a free loopback port with a configuration and storage of its
-//! own, scraping one target every second; killed with the test.
+//! own, scraping one target (every second unless told); killed with the test.
 
 use std::{
     fs::File,
@@ -27,25 +27,30 @@ impl Prometheus {
     /// Starts Prometheus in `dir`, scraping `target` every second, and waits (60 s at most) until
     /// it is ready.
     pub fn start(dir: &Path, target: SocketAddr) -> Self {
-        assert!(
-            Path::new(PROMETHEUS).exists(),
-            "{PROMETHEUS} is missing: this test needs Debian's prometheus package \
-             (`apt-get install prometheus`; `cargo xtask test` installs it when run as root)"
-        );
-        let config = dir.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
+        Self::scraping(
+            dir,
+            &format!(
                 "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
                  scrape_configs:\n  - job_name: exitprof\n    static_configs:\n      \
                  - targets: ['{target}']\n"
             ),
         )
-        .unwrap();
+    }
+
+    /// Starts Prometheus in `dir` with the configuration `config` (its `prometheus.yml`), and
+    /// waits (60 s at most) until it is ready.
+    pub fn scraping(dir: &Path, config: &str) -> Self {
+        assert!(
+            Path::new(PROMETHEUS).exists(),
+            "{PROMETHEUS} is missing: this test needs Debian's prometheus package \
+             (`apt-get install prometheus`; `cargo xtask test` installs it when run as root)"
+        );
+        let config_file = dir.join("prometheus.yml");
+        std::fs::write(&config_file, config).unwrap();
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
         let log = dir.join("prometheus.log");
         let child = Command::new(PROMETHEUS)
-            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--config.file={}", config_file.display()))
             .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
             .arg(format!("--web.listen-address={addr}"))
             .stdin(Stdio::null())

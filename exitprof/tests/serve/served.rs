@@ -29,6 +29,14 @@ impl Served {
     /// Starts `exitprof serve ARGS --listen 127.0.0.1:PORT` and waits (60 s at most) until
     /// /healthz answers. Its stderr goes to a file in `dir`.
     pub fn start(dir: &Path, args: &[&str]) -> Self {
+        Self::start_until(dir, args, |addr| {
+            get(addr, "/healthz", None).is_ok_and(|r| r.status == 200)
+        })
+    }
+
+    /// Starts `exitprof serve ARGS --listen 127.0.0.1:PORT` and waits (60 s at most) until
+    /// `ready` holds of its address.
+    pub fn start_until(dir: &Path, args: &[&str], ready: impl Fn(SocketAddr) -> bool) -> Self {
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
         let stderr = dir.join(format!("serve-{}.stderr", addr.port()));
         let child = exitprof()
@@ -43,9 +51,7 @@ impl Served {
         let mut served = Self { child: KilledOnDrop::new(child), addr, stderr };
         let started = Instant::now();
         loop {
-            if let Ok(r) = get(addr, "/healthz", None)
-                && r.status == 200
-            {
+            if ready(addr) {
                 return served;
             }
             if let Some(status) = served.child.child().try_wait().unwrap() {
@@ -86,8 +92,17 @@ impl Served {
 
     /// Its resident memory (VmRSS), in bytes.
     pub fn rss_bytes(&self) -> u64 {
+        self.status_bytes("VmRSS:")
+    }
+
+    /// The most resident memory it has had (VmHWM), in bytes.
+    pub fn peak_rss_bytes(&self) -> u64 {
+        self.status_bytes("VmHWM:")
+    }
+
+    fn status_bytes(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
-        let kib = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).expect("VmRSS");
+        let kib = status.lines().find_map(|l| l.strip_prefix(field)).expect(field);
         kib.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap() << 10
     }
 
@@ -139,7 +154,11 @@ pub fn get(addr: SocketAddr, path: &str, accept: Option<&str>) -> std::io::Resul
         format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n");
     let started = Instant::now();
     let raw = exchange(addr, request.as_bytes())?;
-    let elapsed = started.elapsed();
+    parse_response(raw, started.elapsed())
+}
+
+/// A whole HTTP response, as read from its connection in `elapsed`.
+pub fn parse_response(raw: Vec<u8>, elapsed: Duration) -> std::io::Result<Response> {
     let text = String::from_utf8(raw).map_err(std::io::Error::other)?;
     let (head, body) = text
         .split_once("\r\n\r\n")
