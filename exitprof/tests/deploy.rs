@@ -77,7 +77,7 @@ fn serve_help() -> String {
 fn check_serve_arguments(file: &str, args: &[String], help: &str) {
     assert_eq!(args.first().map(String::as_str), Some("serve"), "{file} runs {args:?}");
     let help_words: Vec<&str> =
-        help.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).collect();
+        help.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '.')).collect();
     for flag in args.iter().filter(|a| a.starts_with("--")) {
         let name = flag.split('=').next().unwrap_or(flag);
         assert!(help_words.contains(&name), "{file} passes {name}, which `serve --help` lacks");

@@ -27,7 +27,6 @@ use self::{
     collect::Ended,
     metrics::{Labels, Snapshot},
     read_errors::ReadErrors,
-    web_config::WebConfig,
 };
 use crate::{
     analysis::profile::Profile,
@@ -97,10 +96,7 @@ async fn run(request: ServeRequest) -> anyhow::Result<()> {
     let (prepared, _) = prepare(&run.target)?;
     preflight()?;
     // Before anything is loaded: a bad web configuration is a bad request.
-    let web = match web_config {
-        Some(path) => web_config::watched(path).map_err(|e| UsageError(format!("{e:#}")))?,
-        None => watch::channel(Arc::new(WebConfig::default())).1,
-    };
+    let web = web_config::watched(web_config).map_err(|e| UsageError(format!("{e:#}")))?;
     // Before anything is loaded: an address in use is the first thing a second instance meets.
     let listener =
         TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;

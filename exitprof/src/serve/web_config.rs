@@ -230,13 +230,22 @@ fn stamps(path: &Path) -> Vec<Option<Stamp>> {
 }
 
 /// The configuration at `path`, read now, and kept up to date by a task: on a change of its
-/// files or SIGHUP, read again and published if good; if bad, logged and not published.
-pub fn watched(path: PathBuf) -> anyhow::Result<watch::Receiver<Arc<WebConfig>>> {
+/// files or SIGHUP, read again and published if good; if bad, logged and not published. Without
+/// a file, neither TLS nor basic auth, and SIGHUP (`systemctl reload`) is only logged.
+pub fn watched(path: Option<PathBuf>) -> anyhow::Result<watch::Receiver<Arc<WebConfig>>> {
+    let mut hangups = signal(SignalKind::hangup()).context("handling SIGHUP")?;
+    let Some(path) = path else {
+        tokio::spawn(async move {
+            while hangups.recv().await.is_some() {
+                log::warn!("SIGHUP: no --web.config.file to read again");
+            }
+        });
+        return Ok(watch::channel(Arc::new(WebConfig::default())).1);
+    };
     let mut seen = stamps(&path);
     let config = WebConfig::load(&path)?;
     eprintln!("exitprof: {}: {}", path.display(), config.describe());
     let (publish, current) = watch::channel(Arc::new(config));
-    let mut hangups = signal(SignalKind::hangup()).context("handling SIGHUP")?;
     tokio::spawn(async move {
         let mut checks = tokio::time::interval(RECHECK);
         checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
