@@ -19,8 +19,10 @@ use tokio::sync::Notify;
 
 /// Connections open at once, at most.
 pub const MAX_CONNECTIONS: usize = 256;
-/// Connections open at once from one address, at most.
-pub const MAX_PER_PEER: usize = 16;
+/// Connections open at once from one address, at most: a quarter of the whole, so that a few
+/// addresses cannot take it all (a Prometheus needs one connection; a load test from one host,
+/// a few dozen).
+pub const MAX_PER_PEER: usize = 64;
 
 /// The connections admitted.
 pub struct Admission {

@@ -2,7 +2,7 @@
 //! behind basic auth where the web configuration asks for them. Every connection is accepted and
 //! served on its own task under limits, so that a client that idles, trickles or garbles costs
 //! one connection and never the scrapes nor the collection:
-//! - admission ([`super::admission`]): at most 256 connections, 16 from one address; over a
+//! - admission ([`super::admission`]): at most 256 connections, 64 from one address; over a
 //!   bound the connection idle the longest is shed;
 //! - each exchange within [`EXCHANGE_TIMEOUT`] of the connection's last progress (its start or
 //!   its last answer): the TLS handshake and the request head must arrive, and the answer be

@@ -28,8 +28,8 @@ const SCRAPE_EVERY: Duration = Duration::from_millis(500);
 /// How much serve's resident memory may grow from the first 1,000 cgroups to the last. What
 /// grows with the cgroups, by design, is the paths of the removed ones, kept for their late
 /// exits (1,000 then 4,096 at most, some 100 bytes each: 0.3 MB); everything else is bounded by
-/// the groups alive at once, and a group costs some 270 KB (its HdrHistogram of the whole exit),
-/// so keeping the groups dropped meanwhile (60 to 80 of them) would show many times over.
+/// the groups alive at once, and a group costs some 4 KiB, so keeping every group seen (5,000)
+/// would show many times over.
 const RSS_GROWTH: u64 = 2 << 20;
 const PROMTOOL: &str = "/usr/bin/promtool";
 

@@ -23,12 +23,12 @@ use super::{
 };
 use crate::support::require_root;
 
-/// Connections that idle, from [`IDLE_PEERS`] addresses (20 each: over serve's 16 a peer).
+/// Connections that idle, from [`IDLE_PEERS`] addresses (75 each: over serve's 64 a peer).
 const IDLE: usize = 300;
-const IDLE_PEERS: usize = 15;
+const IDLE_PEERS: usize = 4;
 /// Connections that trickle a request head, from [`SLOW_PEERS`] addresses.
 const SLOW: usize = 50;
-const SLOW_PEERS: usize = 5;
+const SLOW_PEERS: usize = 2;
 /// How often a slow client sends a byte of its head.
 const TRICKLE: Duration = Duration::from_secs(3);
 /// How long a dropped client waits before it connects again.
