@@ -156,6 +156,12 @@ impl KernelBtf {
         self.types_named(name).is_ok_and(|types| types.iter().any(|t| matches!(t, Type::Func(_))))
     }
 
+    /// The BTF id of the function `name`, which a tracing program is loaded against.
+    pub fn function_id(&self, name: &str) -> Option<u32> {
+        let ids = self.ids_named(name).ok()?;
+        ids.into_iter().find(|&id| matches!(self.btf.resolve_type_by_id(id), Ok(Type::Func(_))))
+    }
+
     /// How many arguments the tracepoint `name` passes its BTF programs (0 when BTF does not
     /// describe it): its `btf_trace_<name>` prototype less the leading `void *__data`.
     pub fn tracepoint_arg_count(&self, name: &str) -> usize {

@@ -8,8 +8,10 @@ use std::{
 };
 
 use super::{
+    arch::{self, Arch},
     bpf_object::BpfObject,
     btf::{KernelBtf, KernelLayout, LoaderType},
+    fentry_attach,
     kallsyms::Kallsyms,
     version::KernelVersion,
 };
@@ -19,6 +21,8 @@ const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe";
 
 /// What the running kernel supports.
 pub struct KernelFacts {
+    /// The architecture exitprof was built for, and runs on.
+    pub arch: Arch,
     /// Where tracefs is mounted.
     pub tracefs: PathBuf,
     pub release: String,
@@ -63,7 +67,7 @@ impl KernelFacts {
                 "this kernel has no kprobes ({KPROBE_PMU} is missing: CONFIG_KPROBES is off)"
             ))
         };
-        let fentry = calibrate_fentry(btf.is_some());
+        let fentry = calibrate_fentry(btf.as_ref());
         let object = BpfObject::choose(btf.as_ref(), BpfObject::forced_by_environment());
         let layout = match &btf {
             Some(btf) => KernelLayout::read(btf).map_err(|e| e.to_string()),
@@ -81,6 +85,7 @@ impl KernelFacts {
             })
             .unwrap_or_default();
         Ok(Self {
+            arch: arch::BUILT,
             tracefs: tracefs.to_owned(),
             release,
             version,
@@ -114,30 +119,9 @@ fn read_lines(path: &Path) -> Option<impl Iterator<Item = String>> {
     Some(text.lines().map(str::to_owned).collect::<Vec<_>>().into_iter())
 }
 
-/// Whether tracing (fentry/fexit) programs load: the kernel needs BTF, BPF trampolines and an
-/// open function tracer.
-fn calibrate_fentry(has_btf: bool) -> Result<(), String> {
-    if !has_btf {
-        return Err("kernel BTF is missing".to_owned());
-    }
-    match aya::sys::is_program_supported(aya::programs::ProgramType::Tracing) {
-        Ok(true) => Ok(()),
-        Ok(false) => Err("this kernel refuses to load fentry/fexit (tracing) programs".to_owned()),
-        Err(e) => Err(format!(
-            "this kernel refuses to load fentry/fexit (tracing) programs: {}",
-            error_chain(&e)
-        )),
-    }
-}
-
-/// An error and its sources, `: `-separated (aya's errors keep the OS error in the source).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
+/// Whether fentry/fexit programs load and attach to kernel functions: the kernel needs BTF, BPF
+/// trampolines that reach its functions, and an open function tracer.
+fn calibrate_fentry(btf: Option<&KernelBtf>) -> Result<(), String> {
+    let btf = btf.ok_or("kernel BTF is missing")?;
+    fentry_attach::probe(btf)
 }

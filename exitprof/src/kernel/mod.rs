@@ -3,10 +3,12 @@
 //!
 //! Imports nothing else of exitprof: every other folder may read it.
 
+pub mod arch;
 pub mod bpf_object;
 pub mod btf;
 pub mod exit_path;
 pub mod facts;
+mod fentry_attach;
 pub mod kallsyms;
 pub mod tracefs;
 pub mod version;

@@ -191,7 +191,7 @@ pub fn load_and_attach(
         .override_global(globals::PIDNS_DEV, &pidns_dev, true)
         .override_global(globals::PIDNS_INO, &pidns_ino, true)
         .override_global(globals::EXIT_TP_GROUP_DEAD, &exit_tp_group_dead, true)
-        .override_global(globals::SYS_EXIT_GROUP_NR, &(libc::SYS_exit_group as u32), true)
+        .override_global(globals::SYS_EXIT_GROUP_NR, &facts.arch.syscalls.exit_group, true)
         .override_global(globals::TASK_FLAGS_OFFSET, &layout.task_flags, true)
         .override_global(globals::TASK_GROUP_LEADER_OFFSET, &layout.task_group_leader, true)
         .override_global(globals::TASK_REAL_PARENT_OFFSET, &layout.task_real_parent, true)

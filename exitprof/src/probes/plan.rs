@@ -739,6 +739,14 @@ fn resolve_site(
     };
     match site.hook {
         Hook::BtfTracepoint(name) => {
+            if site.id == SiteId::Marker(Marker::X86FpuDropped)
+                && facts.arch.exit_thread_tracepoint != Some(name)
+            {
+                return Err(format!(
+                    "x86 only: {} has no tracepoint in exit_thread",
+                    facts.arch.name
+                ));
+            }
             let btf = facts.btf.as_ref().ok_or("kernel BTF is missing")?;
             if matches!(
                 site.id,
@@ -861,7 +869,7 @@ fn pick_symbol(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::{btf::KernelBtf, kallsyms::Kallsyms, version::KernelVersion};
+    use crate::kernel::{arch, btf::KernelBtf, kallsyms::Kallsyms, version::KernelVersion};
 
     const WANTS: Wants = Wants {
         ipc_frees_via_kfree: false,
@@ -874,6 +882,7 @@ mod tests {
     fn facts(kallsyms: &str, kprobes: bool, fentry: bool) -> KernelFacts {
         let no = |what: &str| Err(format!("no {what} here"));
         KernelFacts {
+            arch: arch::X86_64,
             tracefs: "/sys/kernel/tracing".into(),
             release: "6.12.117+deb12-amd64".into(),
             version: KernelVersion::new(6, 12, 117),
@@ -1095,6 +1104,24 @@ ffffffff810000a0 T release_task
         let fentry =
             Plan::resolve(&facts(KALLSYMS_6_12, false, true), AttachMode::Fentry, WANTS).unwrap();
         assert_eq!(fentry.program_at(Point::Return(exit_files)), Some("fexit_exit_exit_files"));
+    }
+
+    #[test]
+    fn the_fpu_marker_is_planned_on_x86_only() {
+        let fpu = SiteId::Marker(Marker::X86FpuDropped);
+        let mut facts = facts(KALLSYMS_6_12, false, false);
+        let x86 = Plan::resolve(&facts, AttachMode::Tracepoint, WANTS).unwrap();
+        assert_eq!(how(&x86, fpu), Some((How::BtfTracepoint, "x86_fpu_dropped")));
+        facts.arch = arch::AARCH64;
+        let arm64 = Plan::resolve(&facts, AttachMode::Tracepoint, WANTS).unwrap();
+        assert_eq!(how(&arm64, fpu), None);
+        let why = arm64.unavailable.iter().find(|u| u.point == "x86_fpu_dropped").unwrap();
+        assert_eq!(why.reason, "x86 only: aarch64 has no tracepoint in exit_thread");
+        // The rest of the plan is the same.
+        let sites = |plan: &Plan| plan.points.iter().map(|p| p.site).collect::<Vec<_>>();
+        let mut expected = sites(&x86);
+        expected.retain(|&s| s != fpu);
+        assert_eq!(sites(&arm64), expected);
     }
 
     #[test]

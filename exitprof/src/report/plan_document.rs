@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::{
-    kernel::{KernelFacts, bpf_object::BpfObject},
+    kernel::{KernelFacts, arch::Arch, bpf_object::BpfObject},
     probes::plan::{AttachMode, Plan, Planned, Unplanned},
     report::table::TextTable,
 };
@@ -14,6 +14,8 @@ use crate::{
 #[derive(Debug, Serialize)]
 pub struct PlanDocument {
     pub kernel: String,
+    /// The architecture exitprof runs on, and what it relies on there.
+    pub arch: Arch,
     pub mode: AttachMode,
     /// `"yes"`, or why not.
     pub kprobes: String,
@@ -34,6 +36,7 @@ impl PlanDocument {
         };
         Self {
             kernel: plan.kernel.clone(),
+            arch: facts.arch,
             mode: plan.mode,
             kprobes: feature(&facts.kprobes),
             fentry: feature(&facts.fentry),
@@ -48,6 +51,7 @@ impl PlanDocument {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "kernel   {}  (--attach {})", self.kernel, self.mode);
+        let _ = writeln!(out, "arch     {}", self.arch.describe());
         let _ = writeln!(out, "kprobes  {}", self.kprobes);
         let _ = writeln!(out, "fentry   {}", self.fentry);
         let _ = writeln!(out, "BTF      {}", if self.btf { "yes" } else { "no" });

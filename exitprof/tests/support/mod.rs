@@ -459,8 +459,48 @@ pub fn c_program(name: &str) -> std::path::PathBuf {
 pub struct KernelOffers {
     /// The kprobe PMU exists (`CONFIG_KPROBES`).
     pub kprobes: bool,
-    /// A tracing (fentry) program loads: kernel BTF, BPF trampolines and an open function tracer.
+    /// A tracing (fentry) program loads and attaches: kernel BTF, BPF trampolines that reach
+    /// kernel functions (arm64 since 6.4) and an open function tracer.
     pub fentry: bool,
+}
+
+/// Whether an empty fentry program on `bpf_fentry_test1` attaches (raw `bpf` calls: aya loads
+/// tracing programs only from an object): arm64 kernels before 6.4 load it and refuse the attach.
+fn fentry_attaches() -> bool {
+    let btf = aya::Btf::from_sys_fs().expect("kernel BTF");
+    let Ok(id) = btf.id_by_type_name_kind("bpf_fentry_test1", aya_obj::btf::BtfKind::Func) else {
+        return false;
+    };
+    // `union bpf_attr` as BPF_PROG_LOAD fills it, by byte offset (include/uapi/linux/bpf.h).
+    let insns: [u64; 2] = [0xb7, 0x95]; // r0 = 0; exit
+    let mut attr = [0_u8; 144];
+    let mut put = |at: usize, bytes: &[u8]| attr[at..at + bytes.len()].copy_from_slice(bytes);
+    put(0, &26_u32.to_ne_bytes()); // prog_type: BPF_PROG_TYPE_TRACING
+    put(4, &2_u32.to_ne_bytes()); // insn_cnt
+    put(8, &(insns.as_ptr() as u64).to_ne_bytes());
+    put(16, &(c"GPL".as_ptr() as u64).to_ne_bytes());
+    put(68, &24_u32.to_ne_bytes()); // expected_attach_type: BPF_TRACE_FENTRY
+    put(108, &id.to_ne_bytes()); // attach_btf_id
+    let bpf = |cmd: libc::c_long, attr: &[u8]| {
+        // SAFETY: `attr` is a zero-padded bpf_attr whose pointers outlive the call.
+        unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_ptr(), attr.len()) }
+    };
+    let program = bpf(5, &attr); // BPF_PROG_LOAD
+    if program < 0 {
+        return false;
+    }
+    // BPF_RAW_TRACEPOINT_OPEN { name: NULL, prog_fd }: a tracing program's attach.
+    let mut open = [0_u8; 16];
+    open[8..12].copy_from_slice(&(program as u32).to_ne_bytes());
+    let link = bpf(17, &open);
+    // SAFETY: closing the descriptors the kernel just returned.
+    unsafe {
+        if link >= 0 {
+            libc::close(link as i32);
+        }
+        libc::close(program as i32);
+    }
+    link >= 0
 }
 
 /// Every `--attach` mode that forces one kind of probe.
@@ -470,7 +510,8 @@ impl KernelOffers {
     pub fn probe() -> Self {
         let kprobes = std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists();
         let fentry = std::path::Path::new("/sys/kernel/btf/vmlinux").exists()
-            && aya::sys::is_program_supported(aya::programs::ProgramType::Tracing).unwrap_or(false);
+            && aya::sys::is_program_supported(aya::programs::ProgramType::Tracing).unwrap_or(false)
+            && fentry_attaches();
         Self { kprobes, fentry }
     }
 
