@@ -17,6 +17,21 @@ use crate::{
 /// The frame a stack is cut at: the exit itself. Frames outside it (the syscall or signal
 /// delivery that called it) are the same for every exit and say nothing.
 pub const EXIT_FRAME: &str = "do_exit";
+/// What calls `do_exit`, on x86_64 and arm64 (a record is read on either): the exit system
+/// calls, the group exit, signal delivery, an oops. A stack that has one of them but not
+/// `do_exit` lost it: arm64's unwinder follows the frame records functions save, and a function
+/// caught in its first instructions, before it saved its own (where its kprobe or fentry
+/// trampoline has just run, say), hides its caller. Such a stack is cut there, `do_exit` put
+/// back in its place.
+const CALLERS_OF_EXIT: &[&str] = &[
+    "do_group_exit",
+    "__x64_sys_exit",
+    "__x64_sys_exit_group",
+    "__arm64_sys_exit",
+    "__arm64_sys_exit_group",
+    "get_signal",
+    "make_task_dead",
+];
 /// Frames of the sampling itself (the timer interrupt, perf and the eBPF program) that can sit
 /// innermost, above the code that was interrupted; `?` is code kallsyms does not name.
 const SAMPLING_FRAMES: &[&str] = &[
@@ -59,15 +74,28 @@ impl OnCpuReport {
 
 /// A raw stack's function names, innermost first: frames starting with one of `innermost` (the
 /// machinery that took the stack) left out at the innermost end, and everything outside the exit
-/// (above `do_exit`) cut off.
+/// (above `do_exit`, or where `do_exit` was lost, above [`CALLERS_OF_EXIT`]) cut off.
 pub fn exit_frames(stack: &[u64], symbols: &Kallsyms, innermost: &[&str]) -> Vec<String> {
     let names = stack.iter().map(|&a| symbols.name_of(a).unwrap_or("?"));
     let mut frames: Vec<String> = names
         .skip_while(|f| innermost.iter().any(|s| f.starts_with(s)))
         .map(str::to_owned)
         .collect();
+    // An arm64 fentry trampoline (not in kallsyms) between the probed function and the frame
+    // record it makes for it, which names the function again: the function once.
+    let mut at = 1;
+    while at + 1 < frames.len() {
+        if frames[at] == "?" && frames[at - 1] == frames[at + 1] {
+            frames.drain(at..at + 2);
+        } else {
+            at += 1;
+        }
+    }
     if let Some(exit) = frames.iter().position(|f| f == EXIT_FRAME) {
         frames.truncate(exit + 1);
+    } else if let Some(caller) = frames.iter().position(|f| CALLERS_OF_EXIT.contains(&f.as_str())) {
+        frames.truncate(caller);
+        frames.push(EXIT_FRAME.to_owned());
     }
     frames
 }
@@ -369,6 +397,30 @@ ffffffff81000f00 T filp_close
         // never reached do_exit (deeper than the frames kept).
         let raw = [0x10, at("unmap_vmas"), 0x20];
         assert_eq!(exit_frames(&raw, &symbols(), SAMPLING_FRAMES), ["unmap_vmas", "?"]);
+    }
+
+    /// As arm64's unwinder walks a function caught before it saved its frame record: its caller,
+    /// do_exit, is not in the stack.
+    #[test]
+    fn a_stack_that_lost_do_exit_is_cut_at_its_caller() {
+        let raw = stack(&["put_files_struct", "do_group_exit", "__x64_sys_exit_group"]);
+        assert_eq!(exit_frames(&raw, &symbols(), SAMPLING_FRAMES), ["put_files_struct", "do_exit"]);
+        // With do_exit there, only what is above it goes.
+        let raw = exit_stack(&["put_files_struct"]);
+        assert_eq!(exit_frames(&raw, &symbols(), SAMPLING_FRAMES), ["put_files_struct", "do_exit"]);
+    }
+
+    /// As arm64 walks a function probed by fentry: the function, its trampoline (unnamed), the
+    /// frame record the trampoline made for the function, then its caller.
+    #[test]
+    fn an_fentry_trampoline_between_a_function_and_itself_is_left_out() {
+        let mut raw =
+            exit_stack(&["filp_close", "put_files_struct", "filp_close", "put_files_struct"]);
+        raw[2] = 0x20; // the trampoline: "?"
+        assert_eq!(
+            exit_frames(&raw, &symbols(), SAMPLING_FRAMES),
+            ["filp_close", "put_files_struct", "do_exit"]
+        );
     }
 
     #[test]

@@ -8,7 +8,6 @@ use std::{io, mem::MaybeUninit};
 
 /// glibc's `ARCH_STACK_DEFAULT_SIZE` on x86_64: its default when `RLIMIT_STACK` is unlimited.
 const UNLIMITED_DEFAULT: u64 = 32 << 20;
-const PAGE: u64 = 4096;
 
 /// The stack size glibc gives a thread with default attributes (nptl's
 /// `__pthread_initialize_minimal`): `RLIMIT_STACK`'s soft limit, or 32 MiB when it is
@@ -21,7 +20,10 @@ pub fn bytes() -> io::Result<u64> {
     }
     let size =
         if limit.rlim_cur == libc::RLIM_INFINITY { UNLIMITED_DEFAULT } else { limit.rlim_cur };
-    Ok(size.max(libc::PTHREAD_STACK_MIN as u64).next_multiple_of(PAGE))
+    // In whole pages of the machine's size: 4 KiB on x86_64, 4, 16 or 64 KiB on arm64.
+    // SAFETY: sysconf has no preconditions.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    Ok(size.max(libc::PTHREAD_STACK_MIN as u64).next_multiple_of(page.max(1)))
 }
 
 /// Thread attributes with [`bytes`] of stack, destroyed when dropped.
