@@ -724,6 +724,33 @@ fn traceable(facts: &KernelFacts, symbol: &str) -> Result<(), String> {
     }
 }
 
+/// Whether the BTF tracepoint `name` of `site` can be attached here: it exists, is not another
+/// architecture's, and what its program needs is known.
+fn btf_tracepoint_usable(facts: &KernelFacts, site: SiteId, name: &str) -> Result<(), String> {
+    if site == SiteId::Marker(Marker::X86FpuDropped)
+        && facts.arch.exit_thread_tracepoint != Some(name)
+    {
+        return Err(format!("x86 only: {} has no tracepoint in exit_thread", facts.arch.name));
+    }
+    let btf = facts.btf.as_ref().ok_or("kernel BTF is missing")?;
+    let reads_work_items = matches!(
+        site,
+        SiteId::Deferred(
+            DeferredSite::WorkqueueQueue
+                | DeferredSite::WorkqueueStart
+                | DeferredSite::WorkqueueEnd
+        )
+    );
+    if reads_work_items && facts.kallsyms.address("free_ipc").is_none_or(|a| a == 0) {
+        return Err("the address of free_ipc is not in kallsyms".to_owned());
+    }
+    if btf.has_tracepoint(name) {
+        Ok(())
+    } else {
+        Err(format!("tracepoint {name} does not exist on this kernel"))
+    }
+}
+
 fn resolve_site(
     facts: &KernelFacts,
     mode: AttachMode,
@@ -739,31 +766,8 @@ fn resolve_site(
     };
     match site.hook {
         Hook::BtfTracepoint(name) => {
-            if site.id == SiteId::Marker(Marker::X86FpuDropped)
-                && facts.arch.exit_thread_tracepoint != Some(name)
-            {
-                return Err(format!(
-                    "x86 only: {} has no tracepoint in exit_thread",
-                    facts.arch.name
-                ));
-            }
-            let btf = facts.btf.as_ref().ok_or("kernel BTF is missing")?;
-            if matches!(
-                site.id,
-                SiteId::Deferred(
-                    DeferredSite::WorkqueueQueue
-                        | DeferredSite::WorkqueueStart
-                        | DeferredSite::WorkqueueEnd
-                )
-            ) && facts.kallsyms.address("free_ipc").is_none_or(|a| a == 0)
-            {
-                return Err("the address of free_ipc is not in kallsyms".to_owned());
-            }
-            if btf.has_tracepoint(name) {
-                Ok(planned(How::BtfTracepoint, name, None))
-            } else {
-                Err(format!("tracepoint {name} does not exist on this kernel"))
-            }
+            btf_tracepoint_usable(facts, site.id, name)?;
+            Ok(planned(How::BtfTracepoint, name, None))
         }
         Hook::Tracepoint { category: "syscalls", .. } if !wants.syscall_tracepoints => Err(
             "syscall tracepoints are off (--syscall-tracepoints): any of them slows every syscall \
