@@ -95,6 +95,10 @@ pub enum Command {
         #[arg(long)]
         bpf_stats: bool,
     },
+    /// Writes the manual pages (one per command) and the bash, zsh and fish completions into
+    /// DIR/man and DIR/completions (internal: `cargo xtask dist` packages them).
+    #[command(name = "__manuals", hide = true)]
+    Manuals { dir: PathBuf },
 }
 
 #[derive(Debug, Args)]

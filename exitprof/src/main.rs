@@ -18,6 +18,8 @@ mod serve;
 
 use std::process::ExitCode;
 
+use clap::CommandFactory as _;
+
 use crate::{
     base::UsageError,
     cli::{Cli, Command},
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
         Some(Command::Floor { bpf_stats }) => {
             base::runtime().and_then(|rt| rt.block_on(probes::floor::hold(bpf_stats)))
         }
+        Some(Command::Manuals { dir }) => present::manuals::write(&Cli::command(), &dir),
         Some(Command::Compare(args)) => {
             present::compare(&args.request(None), &or_usage(args.run.export_targets()))
         }

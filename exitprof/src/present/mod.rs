@@ -8,6 +8,7 @@
 //! `cargo xtask test`'s layout rules).
 
 mod compare;
+pub mod manuals;
 mod run;
 
 use std::io::Write as _;
