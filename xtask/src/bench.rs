@@ -12,6 +12,7 @@ use anyhow::Context as _;
 use clap::Args;
 
 use crate::{
+    arch::Arch,
     command::{cargo, workspace_root},
     dist,
     measure::{Usage, compile_c, measure_argv},
@@ -48,7 +49,7 @@ pub fn bench_driver(args: &BenchArgs) -> anyhow::Result<()> {
     setup::setup()?;
     let root = workspace_root();
     let (exitprof, linked, json_name) = if args.static_binary {
-        (dist::static_binary()?, "static, musl", "bench-driver-static.json")
+        (dist::static_binary(Arch::host())?, "static, musl", "bench-driver-static.json")
     } else {
         cargo(&["build", "--release", "--locked", "--package", "exitprof"])?;
         (root.join("target/release/exitprof"), "dynamic, glibc", "bench-driver.json")

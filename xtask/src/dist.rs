@@ -1,7 +1,10 @@
-//! `cargo xtask dist`: exitprof for machines without Rust. One statically linked binary (musl,
-//! the eBPF object embedded by the build script as always) in `target/dist/exitprof`, and a
-//! Debian package `target/dist/exitprof_<version>_amd64.deb` holding it with a systemd unit for
-//! `exitprof serve`, installed disabled.
+//! `cargo xtask dist`: exitprof for machines without Rust, for x86_64 and aarch64. For each, one
+//! statically linked binary (musl, the eBPF object of its architecture embedded by the build
+//! script as always) in `target/dist/<amd64|arm64>/exitprof`, and a Debian package
+//! `target/dist/exitprof_<version>_<amd64|arm64>.deb` holding it with its manual pages, shell
+//! completions and a systemd unit for `exitprof serve`, installed disabled. The architecture
+//! that is not the machine's own is linked with Debian's cross C compiler, installed when
+//! missing.
 
 mod deb;
 
@@ -15,12 +18,11 @@ use std::{
 use anyhow::{Context as _, bail};
 
 use crate::{
+    arch::Arch,
     command::{run, workspace_root},
-    setup,
+    packages, setup,
 };
 
-/// The target the shipped binary is built for: musl links statically by default.
-pub const TARGET: &str = "x86_64-unknown-linux-musl";
 /// The cargo profile of the shipped binary (the workspace's Cargo.toml: release, stripped).
 pub const PROFILE: &str = "release-static";
 
@@ -30,32 +32,59 @@ pub fn dist() -> anyhow::Result<()> {
     build()
 }
 
-/// Builds the static binary and the package, and says what they weigh.
+/// Builds the static binary and the package of every architecture, and says what they weigh.
 pub fn build() -> anyhow::Result<()> {
-    let binary = static_binary()?;
-    let deb = deb::build(&binary)?;
-    for path in [&binary, &deb] {
-        let size = fs::metadata(path).with_context(|| format!("reading {}", path.display()))?.len();
-        eprintln!("dist: {} ({:.1} MiB)", path.display(), size as f64 / f64::from(1 << 20));
+    let mut binaries = Vec::new();
+    for arch in Arch::ALL {
+        binaries.push((arch, static_binary(arch)?));
+    }
+    // The pages and completions are made by running exitprof: the binary this machine runs.
+    let host = &binaries.iter().find(|(arch, _)| *arch == Arch::host()).context("no host build")?.1;
+    let manuals = deb::manuals(host)?;
+    for (arch, binary) in &binaries {
+        let deb = deb::build(*arch, binary, &manuals)?;
+        for path in [binary, &deb] {
+            let size =
+                fs::metadata(path).with_context(|| format!("reading {}", path.display()))?.len();
+            eprintln!("dist: {} ({:.1} MiB)", path.display(), size as f64 / f64::from(1 << 20));
+        }
     }
     Ok(())
 }
 
-/// Builds exitprof statically linked into `target/dist/exitprof` and returns that path. The eBPF
-/// toolchain must be set up (`setup::setup`): the build script embeds the eBPF object it builds.
-pub fn static_binary() -> anyhow::Result<PathBuf> {
-    setup::ensure_target(TARGET)?;
-    let root = workspace_root();
-    run(Command::new(env!("CARGO"))
+/// The directory of `arch`'s static binary.
+pub fn dir(arch: Arch) -> PathBuf {
+    workspace_root().join("target/dist").join(arch.debian())
+}
+
+/// The cargo command that builds for `arch`'s musl target (its standard library installed, its
+/// linker set, Debian's cross compiler installed where `arch` is not the machine's).
+pub fn cargo_for(arch: Arch) -> anyhow::Result<Command> {
+    setup::ensure_target(arch.musl_target())?;
+    let cross = arch.cross_packages();
+    packages::ensure(&cross.iter().map(String::as_str).collect::<Vec<_>>())?;
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo.current_dir(workspace_root());
+    if let Some((var, linker)) = arch.cargo_linker() {
+        cargo.env(var, linker);
+    }
+    Ok(cargo)
+}
+
+/// Builds exitprof for `arch` statically linked into `target/dist/<arch>/exitprof` and returns
+/// that path. The eBPF toolchain must be set up (`setup::setup`): the build script embeds the
+/// eBPF object it builds for `arch`.
+pub fn static_binary(arch: Arch) -> anyhow::Result<PathBuf> {
+    let target = arch.musl_target();
+    run(cargo_for(arch)?
         .args(["build", "--locked", "--package", "exitprof", "--profile", PROFILE])
-        .args(["--target", TARGET])
+        .args(["--target", target])
         // A shipped binary without its eBPF programs would refuse every run.
-        .env_remove("AYA_BUILD_SKIP")
-        .current_dir(&root))
-    .with_context(|| format!("building exitprof for {TARGET}"))?;
-    let built = root.join("target").join(TARGET).join(PROFILE).join("exitprof");
-    require_static(&built)?;
-    let dir = root.join("target/dist");
+        .env_remove("AYA_BUILD_SKIP"))
+    .with_context(|| format!("building exitprof for {target}"))?;
+    let built = workspace_root().join("target").join(target).join(PROFILE).join("exitprof");
+    require_static(&built, arch)?;
+    let dir = dir(arch);
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let binary = dir.join("exitprof");
     let partial = dir.join("exitprof.partial");
@@ -64,14 +93,14 @@ pub fn static_binary() -> anyhow::Result<PathBuf> {
     Ok(binary)
 }
 
-/// Fails unless `path` is an x86-64 ELF executable that the kernel runs without a dynamic
+/// Fails unless `path` is an ELF executable for `arch` that the kernel runs without a dynamic
 /// loader (no `PT_INTERP` program header), so that it loads no shared library.
-pub fn require_static(path: &Path) -> anyhow::Result<()> {
+pub fn require_static(path: &Path, arch: Arch) -> anyhow::Result<()> {
     let mut header = Vec::new();
     fs::File::open(path)
         .and_then(|f| f.take(64 * 1024).read_to_end(&mut header))
         .with_context(|| format!("reading {}", path.display()))?;
-    match interpreter(&header) {
+    match interpreter(&header, arch) {
         Ok(None) => Ok(()),
         Ok(Some(loader)) => {
             bail!("{} is dynamically linked: it needs the loader {loader}", path.display())
@@ -80,11 +109,10 @@ pub fn require_static(path: &Path) -> anyhow::Result<()> {
     }
 }
 
-/// The dynamic loader an ELF64 little-endian executable names (`PT_INTERP`), if any, from its
-/// first bytes (the ELF header and the program headers, which linkers put at the start).
-fn interpreter(elf: &[u8]) -> Result<Option<String>, String> {
+/// The dynamic loader an ELF64 little-endian executable for `arch` names (`PT_INTERP`), if any,
+/// from its first bytes (the ELF header and the program headers, which linkers put at the start).
+fn interpreter(elf: &[u8], arch: Arch) -> Result<Option<String>, String> {
     const PT_INTERP: u32 = 3;
-    const EM_X86_64: u16 = 62;
     if elf.get(..4) != Some(b"\x7fELF") || elf.get(4) != Some(&2) || elf.get(5) != Some(&1) {
         return Err("not a 64-bit little-endian ELF file".to_owned());
     }
@@ -93,8 +121,8 @@ fn interpreter(elf: &[u8]) -> Result<Option<String>, String> {
             .map(|b| b.iter().rev().fold(0_u64, |n, &byte| n << 8 | u64::from(byte)))
             .ok_or_else(|| "its program headers lie beyond its first 64 KiB".to_owned())
     };
-    if field(18, 2)? != u64::from(EM_X86_64) {
-        return Err("not an x86-64 executable".to_owned());
+    if field(18, 2)? != u64::from(arch.elf_machine()) {
+        return Err(format!("not an {arch} executable"));
     }
     let (phoff, phentsize, phnum) = (field(32, 8)?, field(54, 2)?, field(56, 2)?);
     for i in 0..phnum {
@@ -116,9 +144,9 @@ mod tests {
     fn a_dynamically_linked_executable_names_its_loader() {
         // The test binary itself is linked against the host's libc.
         let exe = fs::read(std::env::current_exe().unwrap()).unwrap();
-        let loader = interpreter(&exe[..64 * 1024]).unwrap().expect("a PT_INTERP header");
+        let loader = interpreter(&exe[..64 * 1024], Arch::host()).unwrap().expect("a PT_INTERP");
         assert!(loader.starts_with('/') && loader.contains("ld-"), "{loader}");
-        assert!(require_static(&std::env::current_exe().unwrap()).is_err());
+        assert!(require_static(&std::env::current_exe().unwrap(), Arch::host()).is_err());
     }
 
     #[test]
@@ -127,9 +155,12 @@ mod tests {
         let mut elf = vec![0_u8; 64];
         elf[..6].copy_from_slice(b"\x7fELF\x02\x01");
         elf[18] = 62;
-        assert_eq!(interpreter(&elf), Ok(None));
-        assert!(interpreter(b"#!/bin/sh\n").is_err());
+        assert_eq!(interpreter(&elf, Arch::X86_64), Ok(None));
+        assert!(interpreter(&elf, Arch::Aarch64).is_err(), "an x86-64 executable");
+        elf[18] = 183;
+        assert_eq!(interpreter(&elf, Arch::Aarch64), Ok(None));
+        assert!(interpreter(b"#!/bin/sh\n", Arch::X86_64).is_err());
         elf[18] = 3; // EM_386
-        assert!(interpreter(&elf).is_err());
+        assert!(interpreter(&elf, Arch::X86_64).is_err());
     }
 }

@@ -1,6 +1,7 @@
 //! Developer and CI automation for exitprof: toolchain setup, running as root, tests,
 //! benchmarks.
 
+mod arch;
 mod bench;
 mod bench_scale;
 mod command;
@@ -36,10 +37,12 @@ enum Task {
     /// Runs the whole test suite: lints, unit tests, root integration tests on this kernel, and
     /// the VM tests on Debian kernels.
     Test(test::TestArgs),
-    /// Builds exitprof statically linked (musl) into target/dist/exitprof, and a Debian package
-    /// of it with a systemd unit for `exitprof serve`, installed disabled.
+    /// Builds exitprof statically linked (musl) for x86_64 and aarch64 into
+    /// target/dist/<amd64|arm64>/exitprof, and a Debian package of each with its manual pages,
+    /// shell completions and a systemd unit for `exitprof serve`, installed disabled.
     Dist,
-    /// Tests exitprof on Debian's kernels in qemu: 5.10, 6.1, 6.12 and the newest.
+    /// Tests exitprof on Debian's kernels in qemu: x86_64's 5.10, 6.1, 6.12 and the newest, and
+    /// arm64's 6.1 and the newest.
     VmTest(vm::VmTestArgs),
     /// Compares exitprof's storm drivers, without probes, with C programs that do what those of
     /// the 2006 LKML taskstats benchmark and the 2012 LKML CLONE_NEWIPC report did (interleaved

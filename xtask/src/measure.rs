@@ -188,15 +188,20 @@ pub fn median(values: impl IntoIterator<Item = f64>) -> f64 {
 
 /// Compiles a C program into `out_dir` with `cc -O2 -pthread FLAGS`.
 pub fn compile_c(source: &Path, out_dir: &Path, flags: &[&str]) -> anyhow::Result<PathBuf> {
+    compile_c_with("cc", source, out_dir, flags)
+}
+
+/// [`compile_c`] with the C compiler `cc` (a cross compiler: `aarch64-linux-gnu-gcc`).
+pub fn compile_c_with(
+    cc: &str,
+    source: &Path,
+    out_dir: &Path,
+    flags: &[&str],
+) -> anyhow::Result<PathBuf> {
     let stem = source.file_stem().context("a source file name")?;
     let binary = out_dir.join(stem);
-    run(Command::new("cc")
-        .args(["-O2", "-pthread"])
-        .args(flags)
-        .arg("-o")
-        .arg(&binary)
-        .arg(source))
-    .with_context(|| format!("compiling {} (is a C compiler installed?)", source.display()))?;
+    run(Command::new(cc).args(["-O2", "-pthread"]).args(flags).arg("-o").arg(&binary).arg(source))
+        .with_context(|| format!("compiling {} with {cc} (is it installed?)", source.display()))?;
     Ok(binary)
 }
 

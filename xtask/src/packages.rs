@@ -11,12 +11,14 @@ use crate::command::{is_root, run};
 /// serve`, and its promtool checks the Grafana dashboard's queries (promtool is in the prometheus
 /// package up to bookworm, and a package of its own that prometheus depends on from trixie on);
 /// util-linux's `unshare` and `setpriv` (part of every Debian system, named for
-/// completeness); the C compiler and static C library that build the tests' programs.
-pub const INTEGRATION: &[&str] = &["prometheus", "util-linux", "gcc", "libc6-dev"];
+/// completeness); the C compiler and static C library that build the tests' programs; lintian,
+/// which checks both Debian packages.
+pub const INTEGRATION: &[&str] = &["prometheus", "util-linux", "gcc", "libc6-dev", "lintian"];
 
-/// What the VM tests need: qemu boots the test kernels; busybox (static, so it needs no
-/// libraries in the guest) is the guest's shell and tools.
-pub const VM: &[&str] = &["qemu-system-x86", "busybox-static"];
+/// What the VM tests need: qemu boots the test kernels, x86_64 ones and aarch64 ones. (The
+/// guests' busybox comes from Debian's archive, for each architecture, as their kernels do; the
+/// cross compiler that builds for aarch64 is installed by the build, `cargo xtask dist`.)
+pub const VM: &[&str] = &["qemu-system-x86", "qemu-system-arm"];
 
 /// What `cargo xtask bench` runs beside exitprof: bpftrace times each exit with a minimal probe,
 /// the floor exitprof is compared with.

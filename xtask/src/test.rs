@@ -85,7 +85,7 @@ pub fn lint() -> anyhow::Result<()> {
 
 /// Builds the integration tests, then runs each binary as root, one test at a time.
 fn integration() -> anyhow::Result<()> {
-    let binaries = test_binaries(&[])?;
+    let binaries = test_binaries(Command::new(env!("CARGO")), &[])?;
     if binaries.is_empty() {
         bail!("no integration test binaries were built");
     }
@@ -97,10 +97,11 @@ fn integration() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Paths of exitprof's integration-test executables, built with cargo's `extra` arguments
-/// (cargo's JSON messages name them).
-pub fn test_binaries(extra: &[&str]) -> anyhow::Result<Vec<PathBuf>> {
-    let out = Command::new(env!("CARGO"))
+/// Paths of exitprof's integration-test executables, built by `cargo` (a command for one
+/// target: [`crate::dist::cargo_for`]) with the `extra` arguments (cargo's JSON messages name
+/// them).
+pub fn test_binaries(mut cargo: Command, extra: &[&str]) -> anyhow::Result<Vec<PathBuf>> {
+    let out = cargo
         .args(["test", "--locked", "--package", "exitprof", "--tests", "--no-run"])
         .args(["--message-format=json-render-diagnostics"])
         .args(extra)

@@ -1,11 +1,14 @@
-//! The Debian package, built with dpkg-deb (Debian's own tool, on every Debian system): the
-//! static binary in /usr/bin, the systemd unit of `deploy/` (no maintainer scripts, so nothing
-//! enables or starts it), the README with the pages of `docs/` it links to, and the copyright,
-//! with the licenses of everything the static binary holds.
+//! The Debian package of one architecture, built with dpkg-deb (Debian's own tool, on every
+//! Debian system): the static binary in /usr/bin, a manual page per command and the bash, zsh
+//! and fish completions where Debian keeps them (made by exitprof itself from its command-line
+//! definition), the systemd unit of `deploy/` (no maintainer scripts, so nothing enables or
+//! starts it), the README with the pages of `docs/` it links to, the changelog, and the
+//! copyright, with the licenses of everything the static binary holds.
 
 use std::{
     collections::BTreeSet,
     fs,
+    io::Write as _,
     os::unix::fs::PermissionsExt as _,
     path::{Path, PathBuf},
     process::Command,
@@ -14,8 +17,10 @@ use std::{
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
-use super::TARGET;
-use crate::command::{output, run, workspace_root};
+use crate::{
+    arch::Arch,
+    command::{output, run, workspace_root},
+};
 
 const MAINTAINER: &str = "exitprof maintainers <maintainers@users.noreply.a-seed-8ee5fdc1.example>";
 const DESCRIPTION: &str = "eBPF profiler of the Linux exit path
@@ -25,13 +30,48 @@ const DESCRIPTION: &str = "eBPF profiler of the Linux exit path
  off-CPU share. `exitprof serve` exports the same histograms for Prometheus;
  its systemd unit, exitprof.service, is installed disabled.";
 
-/// Builds `target/dist/exitprof_<version>_amd64.deb` around the static `binary`; returns its
-/// path.
-pub fn build(binary: &Path) -> anyhow::Result<PathBuf> {
+/// The manual pages and completions, as `exitprof __manuals` writes them.
+pub struct Manuals {
+    /// `exitprof.1`, `exitprof-plan.1`, ...
+    pages: Vec<PathBuf>,
+    dir: PathBuf,
+}
+
+/// Where Debian keeps each shell's completions, by the name `exitprof __manuals` gives the file.
+const COMPLETIONS: [(&str, &str); 3] = [
+    ("exitprof.bash", "usr/share/bash-completion/completions/exitprof"),
+    ("_exitprof", "usr/share/zsh/vendor-completions/_exitprof"),
+    ("exitprof.fish", "usr/share/fish/vendor_completions.d/exitprof.fish"),
+];
+
+/// Runs `exitprof` (one this machine runs) to write its manual pages and completions into
+/// `target/dist/manuals`: the command line is the same on every architecture.
+pub fn manuals(exitprof: &Path) -> anyhow::Result<Manuals> {
+    let dir = workspace_root().join("target/dist/manuals");
+    if dir.exists() {
+        fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    run(Command::new(exitprof).arg("__manuals").arg(&dir))
+        .context("writing exitprof's manual pages and completions")?;
+    let mut pages: Vec<PathBuf> = fs::read_dir(dir.join("man"))
+        .with_context(|| format!("listing {}/man", dir.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    pages.sort();
+    if !pages.iter().any(|p| p.ends_with("exitprof.1")) {
+        bail!("exitprof __manuals wrote no exitprof.1 into {}/man", dir.display());
+    }
+    Ok(Manuals { pages, dir })
+}
+
+/// Builds `target/dist/exitprof_<version>_<arch>.deb` around `arch`'s static `binary`; returns
+/// its path.
+pub fn build(arch: Arch, binary: &Path, manuals: &Manuals) -> anyhow::Result<PathBuf> {
     let root = workspace_root();
     let metadata: Value = serde_json::from_str(&output(
         Command::new(env!("CARGO"))
-            .args(["metadata", "--locked", "--format-version", "1", "--filter-platform", TARGET])
+            .args(["metadata", "--locked", "--format-version", "1"])
+            .args(["--filter-platform", arch.musl_target()])
             .current_dir(&root),
     )?)
     .context("parsing cargo metadata")?;
@@ -42,13 +82,16 @@ pub fn build(binary: &Path) -> anyhow::Result<PathBuf> {
     let version = exitprof["version"].as_str().context("exitprof has no version")?;
     let homepage = exitprof["repository"].as_str().context("exitprof has no repository")?;
 
-    let staging = root.join("target/dist/deb");
+    let staging = root.join("target/dist/deb").join(arch.debian());
     if staging.exists() {
         fs::remove_dir_all(&staging).with_context(|| format!("removing {}", staging.display()))?;
     }
     let doc = "usr/share/doc/exitprof";
+    let exitprof_binary = read(binary)?;
+    let overrides = lintian_overrides(&exitprof_binary)?;
     let mut files: Vec<(String, Vec<u8>, u32)> = vec![
-        ("usr/bin/exitprof".to_owned(), read(binary)?, 0o755),
+        ("usr/bin/exitprof".to_owned(), exitprof_binary, 0o755),
+        ("usr/share/lintian/overrides/exitprof".to_owned(), overrides.into_bytes(), 0o644),
         (
             "usr/lib/systemd/system/exitprof.service".to_owned(),
             read(&root.join("deploy/exitprof.service"))?,
@@ -56,6 +99,7 @@ pub fn build(binary: &Path) -> anyhow::Result<PathBuf> {
         ),
         (format!("{doc}/README.md"), read(&root.join("README.md"))?, 0o644),
         (format!("{doc}/copyright"), read(&root.join("xtask/deb/copyright"))?, 0o644),
+        (format!("{doc}/changelog.gz"), gzip(&changelog(version, homepage))?, 0o644),
         (format!("{doc}/third-party.txt"), third_party(&metadata)?.into_bytes(), 0o644),
     ];
     // The README's links into docs/ resolve where it is installed too.
@@ -63,12 +107,21 @@ pub fn build(binary: &Path) -> anyhow::Result<PathBuf> {
         let name = page.file_name().context("a docs/ entry without a name")?.to_string_lossy();
         files.push((format!("{doc}/docs/{name}"), read(&page)?, 0o644));
     }
+    for page in &manuals.pages {
+        let name = page.file_name().context("a manual page without a name")?.to_string_lossy();
+        files.push((format!("usr/share/man/man1/{name}.gz"), gzip(&read(page)?)?, 0o644));
+    }
+    for (written, installed) in COMPLETIONS {
+        let file = manuals.dir.join("completions").join(written);
+        files.push((installed.to_owned(), read(&file)?, 0o644));
+    }
     // Installed-Size is in KiB, each file counted in whole KiB as du does.
     let installed_kib: usize = files.iter().map(|(_, data, _)| data.len().div_ceil(1024)).sum();
     let control = format!(
-        "Package: exitprof\nVersion: {version}\nArchitecture: amd64\nMaintainer: {MAINTAINER}\n\
+        "Package: exitprof\nVersion: {version}\nArchitecture: {}\nMaintainer: {MAINTAINER}\n\
          Installed-Size: {installed_kib}\nSection: utils\nPriority: optional\n\
-         Homepage: {homepage}\nDescription: {DESCRIPTION}\n"
+         Homepage: {homepage}\nDescription: {DESCRIPTION}\n",
+        arch.debian()
     );
     for (path, data, mode) in files
         .iter()
@@ -78,10 +131,50 @@ pub fn build(binary: &Path) -> anyhow::Result<PathBuf> {
         install(&staging, path, data, mode)?;
     }
 
-    let deb = root.join(format!("target/dist/exitprof_{version}_amd64.deb"));
+    let deb = root.join(format!("target/dist/exitprof_{version}_{}.deb", arch.debian()));
     run(Command::new("dpkg-deb").args(["--root-owner-group", "--build"]).arg(&staging).arg(&deb))
         .context("building the Debian package (dpkg-deb comes with dpkg, on every Debian system)")?;
     Ok(deb)
+}
+
+/// What lintian says of a static binary that is meant to be static, with why (its overrides
+/// file): a static executable is an error to lintian, a static PIE (what Rust links for x86_64
+/// musl; its aarch64 musl target links no PIE) a library without the libraries it needs. The
+/// binary is static so that one file runs on any distribution and in an image of nothing else.
+fn lintian_overrides(binary: &[u8]) -> anyhow::Result<String> {
+    const ET_EXEC: u16 = 2;
+    const ET_DYN: u16 = 3;
+    let why = "# Static on purpose: one file that runs on any distribution, as `cargo xtask dist` \
+               ships it.\n";
+    let tag = match binary.get(16..18).map(|t| u16::from_le_bytes([t[0], t[1]])) {
+        Some(ET_EXEC) => "statically-linked-binary",
+        Some(ET_DYN) => "shared-library-lacks-prerequisites",
+        other => bail!("the static binary is not an ELF executable (e_type {other:?})"),
+    };
+    Ok(format!("{why}exitprof: {tag} [usr/bin/exitprof]\n"))
+}
+
+/// The package's changelog, in Debian's format: one entry for the version, dated by the last
+/// commit (so that a rebuild of the same tree makes the same package).
+fn changelog(version: &str, homepage: &str) -> Vec<u8> {
+    let date = output(Command::new("git").args(["log", "-1", "--format=%aD"]))
+        .map(|d| d.trim().to_owned())
+        .ok()
+        .filter(|d| !d.is_empty())
+        .unwrap_or_else(|| "Thu, 01 Jan 2026 00:00:00 +0000".to_owned());
+    format!(
+        "exitprof ({version}) unstable; urgency=medium\n\n  * Release {version}; see the history \
+         of\n    {homepage}.\n\n -- {MAINTAINER}  {date}\n"
+    )
+    .into_bytes()
+}
+
+/// `data` compressed as Debian wants manual pages and changelogs: gzip at its best, without a
+/// name or time stamp in the header (the same input makes the same file).
+fn gzip(data: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(data)?;
+    Ok(encoder.finish()?)
 }
 
 /// The files of `docs/` (its pages and their figures), by name.

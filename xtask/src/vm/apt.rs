@@ -5,8 +5,10 @@
 //! sources list, package lists, state, download cache and an empty dpkg status (so that what the
 //! machine has installed plays no part in which version is chosen). The machine's sources,
 //! pinning, lists and caches are neither read nor written; its `apt.conf.d` (proxies, checks)
-//! still applies. Only the package lists are fetched (amd64, no translations, no other
-//! indexes), and they are refreshed when older than [`MAX_AGE`] or when a package is missing.
+//! still applies. Only the package lists of one architecture are fetched (no translations, no
+//! other indexes), and they are refreshed when older than [`MAX_AGE`] or when a package is
+//! missing. apt is told that architecture is the machine's, so that it finds an arm64 kernel or
+//! busybox on an amd64 machine as it would on an arm64 one.
 
 use std::{
     cmp::Ordering,
@@ -18,7 +20,10 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::command::{is_root, output, run};
+use crate::{
+    arch::Arch,
+    command::{is_root, output, run},
+};
 
 /// The keyring every Debian suite's Release file is signed with (package
 /// debian-archive-keyring, which every Debian system has).
@@ -30,24 +35,25 @@ const SECURITY_ARCHIVE: &str = "http://deb.debian.org/debian-security";
 /// Package lists older than this are refreshed before they are used.
 pub const MAX_AGE: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// The private apt configuration rooted at `dir`.
+/// The private apt configuration rooted at `dir`, for the packages of one architecture.
 pub struct Apt {
     dir: PathBuf,
+    arch: Arch,
     suites: Vec<String>,
     sources: String,
 }
 
 impl Apt {
-    /// A configuration listing `suites` (the main component of each); writes its sources list
-    /// and creates its directories.
-    pub fn new(dir: PathBuf, suites: &[&str]) -> anyhow::Result<Self> {
+    /// A configuration listing `suites` (the main component of each) for `arch`; writes its
+    /// sources list and creates its directories.
+    pub fn new(dir: PathBuf, arch: Arch, suites: &[&str]) -> anyhow::Result<Self> {
         let mut unique: Vec<String> = Vec::new();
         for suite in suites {
             if !unique.iter().any(|s| s == suite) {
                 unique.push((*suite).to_owned());
             }
         }
-        let apt = Self { sources: sources_list(&unique), suites: unique, dir };
+        let apt = Self { sources: sources_list(arch, &unique), suites: unique, arch, dir };
         for sub in ["lists/partial", "cache/archives/partial", "state", "preferences.d"] {
             let path = apt.dir.join(sub);
             fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
@@ -75,6 +81,8 @@ impl Apt {
             // parse them all again (1.5 s). The source cache would only be a second copy.
             ("Dir::Cache::pkgcache", "pkgcache.bin".to_owned()),
             ("Dir::Cache::srcpkgcache", String::new()),
+            ("APT::Architecture", self.arch.debian().to_owned()),
+            ("APT::Architectures", self.arch.debian().to_owned()),
         ] {
             cmd.arg("-o").arg(format!("{key}={value}"));
         }
@@ -104,7 +112,8 @@ impl Apt {
     /// them (a machine offline for a while still boots the kernels it has cached).
     pub fn update(&self) -> anyhow::Result<()> {
         eprintln!(
-            "vm: refreshing the package lists of {} ({})",
+            "vm: refreshing the {} package lists of {} ({})",
+            self.arch.debian(),
             self.suites.join(", "),
             self.dir.display()
         );
@@ -163,13 +172,14 @@ impl Apt {
     }
 }
 
-/// One line per suite, amd64 only, its package lists only.
-fn sources_list(suites: &[String]) -> String {
+/// One line per suite, `arch` only, its package lists only.
+fn sources_list(arch: Arch, suites: &[String]) -> String {
     let mut text = String::new();
     for suite in suites {
         let archive = if suite.ends_with("-security") { SECURITY_ARCHIVE } else { ARCHIVE };
         text.push_str(&format!(
-            "deb [arch=amd64 lang=none target=Packages signed-by={KEYRING}] {archive} {suite} main\n"
+            "deb [arch={} lang=none target=Packages signed-by={KEYRING}] {archive} {suite} main\n",
+            arch.debian()
         ));
     }
     text
@@ -291,7 +301,8 @@ mod tests {
 
     #[test]
     fn security_suites_come_from_their_own_archive() {
-        let text = sources_list(&["bullseye".to_owned(), "bullseye-security".to_owned()]);
+        let suites = ["bullseye".to_owned(), "bullseye-security".to_owned()];
+        let text = sources_list(Arch::X86_64, &suites);
         assert_eq!(
             text,
             format!(
@@ -301,6 +312,7 @@ mod tests {
                  http://deb.debian.org/debian-security bullseye-security main\n"
             )
         );
+        assert!(sources_list(Arch::Aarch64, &suites).starts_with("deb [arch=arm64 lang=none"));
     }
 
     #[test]

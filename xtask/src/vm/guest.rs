@@ -1,8 +1,8 @@
 //! What runs inside the guest and what it reports back.
 //!
-//! The guest's `/init` runs each scenario and writes its report to the second serial port
-//! (ttyS1), which the host captures to a file of its own: the kernel's console stays on ttyS0,
-//! so no kernel message can land in the middle of a JSON document. Each report line that is not
+//! The guest's `/init` runs each scenario and writes its report to the second serial line (see
+//! [`super::qemu`]), which the host captures to a file of its own: the kernel's console stays on
+//! the first, so no kernel message can land in the middle of a JSON document. Each report line that is not
 //! a scenario's output starts with [`MARKER`]. A file a scenario writes (a record, binary) comes
 //! back in base64 after the scenario's end, with its size to tell a file cut short.
 
@@ -18,8 +18,8 @@ const MARKER: &str = "@@exitprof-vm";
 pub const APPLETS: &[&str] = &["sh", "mount", "cat", "uname", "poweroff", "true", "base64", "wc"];
 
 /// The guest's `/init`: mounts what exitprof needs, runs every scenario, then the integration
-/// tests, powers off.
-pub fn init_script(scenarios: &[Scenario], tests: &[GuestTests]) -> String {
+/// tests, writing the report to `report_tty`, and powers off.
+pub fn init_script(report_tty: &str, scenarios: &[Scenario], tests: &[GuestTests]) -> String {
     let mut script = format!(
         r#"#!/bin/sh
 mount -t proc proc /proc
@@ -28,7 +28,7 @@ mount -t devtmpfs devtmpfs /dev
 mount -t tracefs tracefs /sys/kernel/tracing
 # kprobes/blacklist, which exitprof reads to plan kprobes.
 mount -t debugfs debugfs /sys/kernel/debug
-exec 3>/dev/ttyS1
+exec 3>{report_tty}
 report() {{ echo; echo "{MARKER} $*"; }} >&3
 reported() {{
   name=$1
@@ -266,12 +266,13 @@ mod tests {
         let scenarios =
             [Scenario { name: "a", args: &["--x", "1"], check: |_, _| {}, sends: Some("/tmp/a") }];
         let tests = [GuestTests { name: "b", attach: "fentry", args: &["m::"] }];
-        let script = init_script(&scenarios, &tests);
+        let script = init_script("/dev/ttyS1", &scenarios, &tests);
         assert!(
             script.contains("\nscenario a '--x' '1'\nsent a '/tmp/a'\ntests b fentry 'm::'\n"),
             "{script}"
         );
         assert!(script.ends_with("report done\npoweroff -f\n"), "{script}");
+        assert!(script.contains("\nexec 3>/dev/ttyS1\n"), "{script}");
     }
 
     #[test]

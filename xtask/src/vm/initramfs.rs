@@ -1,6 +1,6 @@
 //! The guest's whole userspace, as an initramfs: static busybox, static exitprof, its static
-//! integration tests and their programs, and the `/init` that runs them. Every binary is
-//! static, so no shared library is copied.
+//! integration tests and their programs, all for the guest's architecture, and the `/init` that
+//! runs them. Every binary is static, so no shared library is copied.
 
 use std::{
     collections::BTreeSet,
@@ -14,10 +14,11 @@ use anyhow::Context as _;
 use super::{
     cpio::Archive,
     guest::{self, APPLETS},
+    qemu::report_tty,
     scenarios::Scenario,
     suite::{GuestTests, PROGRAMS, StaticBuild, TEST_BINARY},
 };
-use crate::{command::which, dist::require_static};
+use crate::dist::require_static;
 
 /// Writes the initramfs to `path`.
 pub fn build(
@@ -26,10 +27,9 @@ pub fn build(
     tests: &[GuestTests],
     path: &Path,
 ) -> anyhow::Result<()> {
-    let busybox = which("busybox").context("busybox is not on PATH (package busybox-static)")?;
     // Each file of the guest: where it goes, where it comes from.
     let mut files: Vec<(String, PathBuf)> = vec![
-        ("/bin/busybox".into(), busybox),
+        ("/bin/busybox".into(), binaries.busybox.clone()),
         ("/bin/exitprof".into(), binaries.exitprof.clone()),
         (TEST_BINARY.into(), binaries.tests.clone()),
     ];
@@ -41,7 +41,7 @@ pub fn build(
     );
 
     for (_, binary) in &files {
-        require_static(binary).context("the guest has no shared libraries")?;
+        require_static(binary, binaries.arch).context("the guest has no shared libraries")?;
     }
 
     let mut dirs: BTreeSet<String> =
@@ -69,7 +69,8 @@ pub fn build(
     for applet in APPLETS {
         archive.symlink(&format!("/bin/{applet}"), "busybox")?;
     }
-    archive.file("/init", 0o755, guest::init_script(scenarios, tests).as_bytes())?;
+    let init = guest::init_script(report_tty(binaries.arch), scenarios, tests);
+    archive.file("/init", 0o755, init.as_bytes())?;
     archive.finish()?.flush().with_context(|| format!("writing {}", partial.display()))?;
     fs::rename(&partial, path).with_context(|| format!("moving {}", partial.display()))
 }

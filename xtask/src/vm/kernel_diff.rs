@@ -14,12 +14,16 @@ use std::{
 use serde_json::Value;
 
 use super::{guest::SentFile, kernels::Series, scenarios::Checks};
+use crate::arch::Arch;
 
 /// The kernels whose records are diffed: A (the baseline), then B.
 pub const PAIR: [Series; 2] = [Series::V6_1, Series::V6_12];
+/// The architecture of the pair's kernels.
+pub const ARCH: Arch = Arch::X86_64;
 
 /// A run recorded in a guest, its record kept on the host.
 pub struct Recorded {
+    pub arch: Arch,
     pub series: Series,
     pub file: PathBuf,
     /// What the host's `exitprof report --json` made of the record.

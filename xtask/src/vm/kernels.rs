@@ -13,7 +13,7 @@ use anyhow::{Context as _, bail};
 use clap::ValueEnum;
 
 use super::apt::{self, Apt};
-use crate::setup::cache_dir;
+use crate::{arch::Arch, setup::cache_dir};
 
 /// A kernel series the VM tests boot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -55,11 +55,11 @@ impl Series {
         }
     }
 
-    /// The metapackage that depends on the series' newest kernel package.
-    fn metapackage(self) -> &'static str {
+    /// The metapackage that depends on the series' newest kernel package for `arch`.
+    fn metapackage(self, arch: Arch) -> String {
         match self {
-            Self::V5_10 | Self::V6_1 | Self::Newest => "linux-image-amd64",
-            Self::V6_12 => "linux-image-6.12-amd64",
+            Self::V5_10 | Self::V6_1 | Self::Newest => format!("linux-image-{}", arch.debian()),
+            Self::V6_12 => format!("linux-image-6.12-{}", arch.debian()),
         }
     }
 
@@ -108,6 +108,7 @@ struct Resolved {
 
 /// A kernel ready to boot.
 pub struct Kernel {
+    pub arch: Arch,
     pub series: Series,
     /// The kernel package, e.g. `linux-image-6.1.0-57-amd64=6.1.192-3`.
     pub image: Pinned,
@@ -128,7 +129,7 @@ impl Kernel {
         } else {
             format!(", vmlinuz from {}", self.binary)
         };
-        format!("{} ({}): {}{binary}", self.series, self.suite, self.image)
+        format!("{} {} ({}): {}{binary}", self.arch, self.series, self.suite, self.image)
     }
 }
 
@@ -137,21 +138,27 @@ fn all_suites() -> Vec<&'static str> {
     Series::ALL.iter().flat_map(|s| s.suites()).copied().collect()
 }
 
-/// The newest kernel of each of `series`, from the cache or downloaded into it.
-pub fn fetch(series: &[Series]) -> anyhow::Result<Vec<Kernel>> {
-    let apt = Apt::new(cache_dir().join("apt"), &all_suites())?;
-    let mut updated = false;
-    if !apt.fresh() {
+/// The private apt configuration for `arch`'s packages, its lists refreshed if they are old;
+/// and whether they were refreshed now.
+pub fn apt_for(arch: Arch) -> anyhow::Result<(Apt, bool)> {
+    let apt = Apt::new(cache_dir().join(format!("apt-{}", arch.debian())), arch, &all_suites())?;
+    let stale = !apt.fresh();
+    if stale {
         apt.update()?;
-        updated = true;
     }
-    let resolved = match series.iter().map(|s| resolve(&apt, *s)).collect() {
+    Ok((apt, stale))
+}
+
+/// The newest kernel of each of `series` for `arch`, from the cache or downloaded into it.
+pub fn fetch(arch: Arch, series: &[Series]) -> anyhow::Result<Vec<Kernel>> {
+    let (apt, updated) = apt_for(arch)?;
+    let resolved = match series.iter().map(|s| resolve(&apt, arch, *s)).collect() {
         Ok(resolved) => resolved,
         // A package the lists do not have yet (or no longer).
         Err(e) if !updated => {
             eprintln!("vm: {e:#}");
             apt.update()?;
-            series.iter().map(|s| resolve(&apt, *s)).collect::<anyhow::Result<Vec<_>>>()?
+            series.iter().map(|s| resolve(&apt, arch, *s)).collect::<anyhow::Result<Vec<_>>>()?
         }
         Err(e) => return Err(e),
     };
@@ -159,16 +166,18 @@ pub fn fetch(series: &[Series]) -> anyhow::Result<Vec<Kernel>> {
         .iter()
         .zip(resolved)
         .map(|(series, resolved)| {
-            let kernel = cached(&apt, *series, resolved)?;
+            let kernel = cached(&apt, arch, *series, resolved)?;
             eprintln!("vm: kernel {}", kernel.describe());
             Ok(kernel)
         })
         .collect()
 }
 
-/// The series' newest metapackage in its suites, and the kernel package it depends on.
-fn resolve(apt: &Apt, series: Series) -> anyhow::Result<Resolved> {
-    let meta = series.metapackage();
+/// The series' newest metapackage for `arch` in its suites, and the kernel package it depends
+/// on.
+fn resolve(apt: &Apt, arch: Arch, series: Series) -> anyhow::Result<Resolved> {
+    let meta = series.metapackage(arch);
+    let meta = meta.as_str();
     let versions = apt.versions(meta)?;
     let (version, suite) = newest_in(&versions, series.suites()).with_context(|| {
         format!("no {meta} in {} (apt's lists have {versions:?})", series.suites().join(" or "))
@@ -179,7 +188,7 @@ fn resolve(apt: &Apt, series: Series) -> anyhow::Result<Resolved> {
         .iter()
         .find(|(name, version)| {
             name.starts_with(series.image_prefix())
-                && name.ends_with("-amd64")
+                && name.ends_with(&format!("-{}", arch.debian()))
                 && *name != meta.package
                 && !version.is_empty()
         })
@@ -209,7 +218,7 @@ fn newest_in(versions: &[(String, String)], suites: &[&str]) -> Option<(String, 
 
 /// The kernel of `resolved` from the cache, downloading it first if needed. The cache keeps one
 /// directory per package and version holding `vmlinuz-<release>` alone.
-fn cached(apt: &Apt, series: Series, resolved: Resolved) -> anyhow::Result<Kernel> {
+fn cached(apt: &Apt, arch: Arch, series: Series, resolved: Resolved) -> anyhow::Result<Kernel> {
     let Resolved { meta, suite, image, binary } = resolved;
     let dir = cache_dir().join("kernels").join(format!(
         "{}_{}",
@@ -232,7 +241,7 @@ fn cached(apt: &Apt, series: Series, resolved: Resolved) -> anyhow::Result<Kerne
         .and_then(|n| n.strip_prefix("vmlinuz-"))
         .context("a cached kernel is named vmlinuz-<release>")?
         .to_owned();
-    Ok(Kernel { series, image, binary, suite, release, vmlinuz })
+    Ok(Kernel { arch, series, image, binary, suite, release, vmlinuz })
 }
 
 /// The `vmlinuz-*` in `dir`, if it is there.
@@ -275,7 +284,7 @@ fn download(apt: &Apt, package: &Pinned, dir: &Path) -> anyhow::Result<PathBuf> 
 
 /// Runs `tar ARGS` in `dir` on the package's file system tree (`dpkg-deb --fsys-tarfile`);
 /// returns tar's output.
-fn fsys_tar(deb: &Path, dir: &Path, args: &[&str]) -> anyhow::Result<String> {
+pub fn fsys_tar(deb: &Path, dir: &Path, args: &[&str]) -> anyhow::Result<String> {
     let mut contents = Command::new("dpkg-deb")
         .arg("--fsys-tarfile")
         .arg(deb)

@@ -1,18 +1,21 @@
 //! `cargo xtask vm-test`: exitprof on real Debian kernels in qemu, for the kprobe and fentry
-//! modes the developers' own kernel lacks, and for kernels older and newer than theirs.
+//! modes the developers' own kernel lacks, for kernels older and newer than theirs, and for
+//! arm64 (Graviton's and Ampere's architecture) as for x86_64.
 //!
-//! Steps: make sure qemu and busybox are installed; fetch the newest Debian kernel of each
-//! series (cached; through a private apt configuration, since the suites need not be the
-//! machine's); build exitprof (`cargo xtask dist`'s binary) and its integration tests static;
-//! pack them with busybox into an initramfs per guest whose `/init` runs what the
+//! Steps: make sure qemu is installed; fetch the newest Debian kernel of each series and
+//! architecture, and each architecture's static busybox (cached; through a private apt
+//! configuration, since the suites and the architecture need not be the machine's); build
+//! exitprof (`cargo xtask dist`'s binary), its integration tests and their C programs static for
+//! each architecture; pack them into an initramfs per guest whose `/init` runs what the
 //! [schedule](SCHEDULE) gives that kernel: every [scenario](scenarios::SCENARIOS) and then
 //! [a subset of the integration tests](suite::GUEST_TESTS) in the attach modes the host lacks,
-//! or the ground truth alone and the recorded storm; boot the kernels (as many at once as the
-//! host has CPUs, each guest emulated on one host thread); check each scenario's JSON document
-//! and each test run's summary; diff the storm recorded on two kernels
-//! ([`kernel_diff`]).
+//! or the ground truth alone and the recorded storm, or (arm64) the storm and the teardowns'
+//! ground truth in each mode the kernel has; boot the kernels (as many at once as the host has
+//! CPUs, each guest emulated on one host thread); check each scenario's JSON document and each
+//! test run's summary; diff the storm recorded on two kernels ([`kernel_diff`]).
 
 mod apt;
+mod busybox;
 mod cpio;
 mod guest;
 mod initramfs;
@@ -41,7 +44,7 @@ use self::{
     scenarios::{Checks, RECORDED, SCENARIOS, Scenario},
     suite::{GUEST_TESTS, GuestTests},
 };
-use crate::{command::workspace_root, packages};
+use crate::{arch::Arch, command::workspace_root, dist, packages};
 
 #[derive(Args, Default)]
 pub struct VmTestArgs {
@@ -49,6 +52,9 @@ pub struct VmTestArgs {
     /// schedule gives it.
     #[arg(long = "kernel", value_enum, value_name = "SERIES")]
     pub kernels: Vec<Series>,
+    /// An architecture to test (repeatable); both by default.
+    #[arg(long = "arch", value_enum, value_name = "ARCH")]
+    pub arches: Vec<Arch>,
     /// Only this scenario or guest test run (repeatable), on every kernel tested, to look into
     /// one again; what the schedule gives each kernel by default.
     #[arg(long = "only", value_name = "NAME")]
@@ -63,6 +69,13 @@ pub enum Share {
     /// The recorded storm the kernel diff compares, and the ground truth in kprobe and fentry
     /// modes.
     RecordAndGroundTruth,
+    /// What arm64 must show: the plan; the threads storm and the ground truth of the teardowns
+    /// (mm, files, sem) in kprobe mode, and in fentry mode where the kernel attaches fentry
+    /// programs (`fentry`), with the storm recorded there; the storm in tracepoint mode, which
+    /// has no x86 FPU marker there; and, where fentry is not offered, the forced-mode test,
+    /// which checks that fentry is refused as the plan says (where it is, the storm shows every
+    /// mode working, at a third of the forced-mode test's 94 s).
+    Subset { fentry: bool },
 }
 
 impl fmt::Display for Share {
@@ -70,23 +83,42 @@ impl fmt::Display for Share {
         f.write_str(match self {
             Self::Whole => "whole suite",
             Self::RecordAndGroundTruth => "record, ground truth",
+            Self::Subset { fentry: true } => "subset, kprobe+fentry",
+            Self::Subset { fentry: false } => "subset, kprobe",
         })
     }
 }
 
+/// A kernel the VM tests boot, and what its guest runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Scheduled {
+    pub arch: Arch,
+    pub series: Series,
+    pub share: Share,
+}
+
+const fn scheduled(arch: Arch, series: Series, share: Share) -> Scheduled {
+    Scheduled { arch, series, share }
+}
+
 /// What each kernel's guest runs, in the order the guests start (two at a time on CI's 2-CPU
-/// machines): the oldest and the newest kernels run the whole suite, the two between them, which
-/// the kernel diff compares, the recorded storm and the ground truth in both function-probe
-/// modes, to keep CI within its time (`docs/testing.md` has the times measured).
-pub const SCHEDULE: &[(Series, Share)] = &[
-    (Series::V5_10, Share::Whole),
-    (Series::Newest, Share::Whole),
-    (Series::V6_1, Share::RecordAndGroundTruth),
-    (Series::V6_12, Share::RecordAndGroundTruth),
+/// machines, longest first): the oldest and the newest x86_64 kernels run the whole suite, the
+/// two between them, which the kernel diff compares, the recorded storm and the ground truth in
+/// both function-probe modes; arm64's 6.1 and newest kernels their subset (6.1 attaches no
+/// fentry programs: arm64 has ftrace's direct calls since 6.4). All to keep CI within its time
+/// (`docs/testing.md` has the times measured).
+pub const SCHEDULE: &[Scheduled] = &[
+    scheduled(Arch::X86_64, Series::V5_10, Share::Whole),
+    scheduled(Arch::X86_64, Series::Newest, Share::Whole),
+    scheduled(Arch::Aarch64, Series::Newest, Share::Subset { fentry: true }),
+    scheduled(Arch::X86_64, Series::V6_1, Share::RecordAndGroundTruth),
+    scheduled(Arch::X86_64, Series::V6_12, Share::RecordAndGroundTruth),
+    scheduled(Arch::Aarch64, Series::V6_1, Share::Subset { fentry: false }),
 ];
 
-fn share(series: Series) -> Share {
-    SCHEDULE.iter().find(|(s, _)| *s == series).map_or(Share::Whole, |(_, share)| *share)
+/// What the schedule gives `arch`'s `series`.
+fn share(arch: Arch, series: Series) -> Option<Share> {
+    SCHEDULE.iter().find(|s| s.arch == arch && s.series == series).map(|s| s.share)
 }
 
 /// A boot, userspace and poweroff take about 15 s under TCG; each scenario adds a few seconds.
@@ -147,23 +179,45 @@ pub fn vm_test(args: &VmTestArgs) -> anyhow::Result<()> {
         bail!("--only {unknown}: no scenario or guest test run has that name");
     }
     // The schedule's order, whichever order the series were asked for in.
-    let series: Vec<Series> = SCHEDULE
+    let wanted: Vec<&Scheduled> = SCHEDULE
         .iter()
-        .map(|(s, _)| *s)
-        .filter(|s| args.kernels.is_empty() || args.kernels.contains(s))
+        .filter(|s| args.kernels.is_empty() || args.kernels.contains(&s.series))
+        .filter(|s| args.arches.is_empty() || args.arches.contains(&s.arch))
         .collect();
-    let guests: Vec<Guest> =
-        kernels::fetch(&series)?.into_iter().map(|k| guest(k, &args.only)).collect();
+    if wanted.is_empty() {
+        bail!("the schedule boots no kernel of these series on these architectures");
+    }
+    let mut kernels: Vec<Option<Kernel>> = wanted.iter().map(|_| None).collect();
+    let mut builds = Vec::new();
+    for arch in Arch::ALL {
+        let of_arch: Vec<usize> = (0..wanted.len()).filter(|&i| wanted[i].arch == arch).collect();
+        if of_arch.is_empty() {
+            continue;
+        }
+        let series: Vec<Series> = of_arch.iter().map(|&i| wanted[i].series).collect();
+        for (i, kernel) in of_arch.into_iter().zip(kernels::fetch(arch, &series)?) {
+            kernels[i] = Some(kernel);
+        }
+        builds.push(suite::build(arch)?);
+    }
+    let guests: Vec<Guest> = kernels.into_iter().flatten().map(|k| guest(k, &args.only)).collect();
+    let build_of = |arch: Arch| {
+        builds.iter().find(|b| b.arch == arch).expect("a build for every guest's architecture")
+    };
 
-    let binaries = suite::build()?;
     let target = workspace_root().join("target/vm");
     let mut initramfs = Vec::new();
     for guest in &guests {
         let path = target.join(&guest.kernel.binary.package).join("initramfs.cpio");
-        initramfs::build(&binaries, &guest.scenarios, &guest.tests, &path)
+        initramfs::build(build_of(guest.kernel.arch), &guest.scenarios, &guest.tests, &path)
             .context("building the guest's initramfs")?;
         initramfs.push(path);
     }
+    // The records are read on this machine, by its own exitprof.
+    let exitprof = &match builds.iter().find(|b| b.arch == Arch::host()) {
+        Some(build) => build.exitprof.clone(),
+        None => dist::static_binary(Arch::host())?,
+    };
     let boots = boot_all(&guests, &initramfs, &target);
 
     let mut failures = Vec::new();
@@ -174,7 +228,7 @@ pub fn vm_test(args: &VmTestArgs) -> anyhow::Result<()> {
         let (elapsed, verdict) = match boot {
             Ok(boot) => {
                 let dir = target.join(&kernel.binary.package);
-                let checked = check_boot(guest, &boot, &binaries.exitprof, &dir);
+                let checked = check_boot(guest, &boot, exitprof, &dir);
                 failures.extend(checked.failures);
                 records.extend(checked.record);
                 (format!("{:.1} s", boot.elapsed.as_secs_f64()), checked.verdict)
@@ -185,14 +239,15 @@ pub fn vm_test(args: &VmTestArgs) -> anyhow::Result<()> {
             }
         };
         summary.push(format!(
-            "vm:   {:<7} {:<56} {:<20} {elapsed:>8}  {verdict}",
+            "vm:   {:<7} {:<7} {:<56} {:<22} {elapsed:>8}  {verdict}",
+            kernel.arch.name(),
             kernel.series.name(),
             kernel.image.to_string(),
             guest.runs_short(),
         ));
     }
-    failures.extend(diff_kernels(&guests, &records, &binaries.exitprof, &target));
-    eprintln!("vm: summary (series, kernel package=version, what ran, guest time, runs):");
+    failures.extend(diff_kernels(&guests, &records, exitprof, &target));
+    eprintln!("vm: summary (arch, series, kernel package=version, what ran, guest time, runs):");
     for line in summary {
         eprintln!("{line}");
     }
@@ -206,7 +261,7 @@ pub fn vm_test(args: &VmTestArgs) -> anyhow::Result<()> {
 /// What `kernel`'s guest runs: what the schedule gives its series, or the runs `only` names.
 fn guest(kernel: Kernel, only: &[String]) -> Guest {
     if only.is_empty() {
-        let share = share(kernel.series);
+        let share = share(kernel.arch, kernel.series).unwrap_or(Share::Whole);
         let (scenarios, tests) = runs_of(share);
         Guest { kernel, share: Some(share), scenarios, tests }
     } else {
@@ -219,9 +274,24 @@ fn guest(kernel: Kernel, only: &[String]) -> Guest {
 
 /// The scenarios and guest test runs of a share of the schedule.
 fn runs_of(share: Share) -> (Vec<Scenario>, Vec<GuestTests>) {
-    let whole = share == Share::Whole;
-    let scenarios = SCENARIOS.iter().filter(|s| whole || s.name == RECORDED).cloned().collect();
-    let tests = GUEST_TESTS.iter().filter(|t| whole || t.is_ground_truth()).cloned().collect();
+    let scenario = |s: &Scenario| match share {
+        Share::Whole => true,
+        Share::RecordAndGroundTruth => s.name == RECORDED,
+        Share::Subset { fentry } => {
+            ["plan", "threads-kprobe", "threads-tracepoint"].contains(&s.name)
+                || (fentry && ["threads-fentry", RECORDED].contains(&s.name))
+        }
+    };
+    let test = |t: &GuestTests| match share {
+        Share::Whole => !t.is_teardowns(),
+        Share::RecordAndGroundTruth => t.is_ground_truth(),
+        Share::Subset { fentry } => {
+            (t.is_teardowns() && (fentry || t.attach != "fentry"))
+                || (!fentry && t.name == "forced-modes")
+        }
+    };
+    let scenarios = SCENARIOS.iter().filter(|s| scenario(s)).cloned().collect();
+    let tests = GUEST_TESTS.iter().filter(|t| test(t)).cloned().collect();
     (scenarios, tests)
 }
 
@@ -250,15 +320,16 @@ fn boot_all(guests: &[Guest], initramfs: &[PathBuf], target: &Path) -> Vec<anyho
                     let i = next.lock().expect("the queue's lock").next();
                     let Some(i) = i else { break };
                     let kernel = &guests[i].kernel;
-                    eprintln!("vm: {}: booting {}", kernel.series, kernel.release);
+                    eprintln!("vm: {} {}: booting {}", kernel.arch, kernel.series, kernel.release);
                     let dir = target.join(&kernel.binary.package);
+                    let timeout = guests[i].timeout();
                     let boot =
-                        qemu::boot(&kernel.vmlinuz, &initramfs[i], &dir, guests[i].timeout());
+                        qemu::boot(kernel.arch, &kernel.vmlinuz, &initramfs[i], &dir, timeout);
                     let how = match &boot {
                         Ok(b) => format!("powered off after {:.1} s", b.elapsed.as_secs_f64()),
                         Err(_) => "failed".to_owned(),
                     };
-                    eprintln!("vm: {}: {} {how}", kernel.series, kernel.release);
+                    eprintln!("vm: {} {}: {} {how}", kernel.arch, kernel.series, kernel.release);
                     *boots[i].lock().expect("a boot's lock") = Some(boot);
                 }
             });
@@ -307,7 +378,12 @@ fn check_boot(guest: &Guest, boot: &Boot, exitprof: &Path, dir: &Path) -> Checke
             let sent = report.files.iter().find(|f| f.run == scenario.name);
             let file = dir.join(format!("{}.rec", scenario.name));
             let brought = kernel_diff::bring_back(exitprof, sent, &live, &file, &mut checks);
-            record = brought.map(|report| Recorded { series: kernel.series, file, report });
+            record = brought.map(|report| Recorded {
+                arch: kernel.arch,
+                series: kernel.series,
+                file,
+                report,
+            });
         }
         let (verdict, summary) = match checks.failures.first() {
             None => ("pass", checks.figures.join(", ")),
@@ -407,17 +483,19 @@ fn diff_kernels(
     target: &Path,
 ) -> Vec<String> {
     let [a, b] = kernel_diff::PAIR;
+    let arch = kernel_diff::ARCH;
     let what = format!("kernel diff {a} → {b}");
     let recorded_in = |series: Series| {
-        guests
-            .iter()
-            .any(|g| g.kernel.series == series && g.scenarios.iter().any(|s| s.name == RECORDED))
+        guests.iter().any(|g| {
+            (g.kernel.arch, g.kernel.series) == (arch, series)
+                && g.scenarios.iter().any(|s| s.name == RECORDED)
+        })
     };
     if let Some(left_out) = [a, b].into_iter().find(|s| !recorded_in(*s)) {
         eprintln!("vm: {what}: not run, this run does not record the storm on {left_out}");
         return Vec::new();
     }
-    let record = |series: Series| records.iter().find(|r| r.series == series);
+    let record = |series: Series| records.iter().find(|r| (r.arch, r.series) == (arch, series));
     let (Some(ra), Some(rb)) = (record(a), record(b)) else {
         let missing = if record(a).is_none() { a } else { b };
         return vec![format!(
@@ -442,19 +520,51 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_series_is_scheduled_once() {
+    fn every_x86_series_is_scheduled_once_and_arm64_boots_6_1_and_the_newest() {
         for series in Series::ALL {
-            let times = SCHEDULE.iter().filter(|(s, _)| s == series).count();
-            assert_eq!(times, 1, "{series} is in the schedule {times} times");
+            let times = SCHEDULE.iter().filter(|s| s.series == *series).count();
+            let arm64 = share(Arch::Aarch64, *series).is_some();
+            assert_eq!(times, 1 + usize::from(arm64), "{series} is in the schedule {times} times");
+            assert!(share(Arch::X86_64, *series).is_some(), "{series} on x86_64");
         }
-        assert_eq!(SCHEDULE.len(), Series::ALL.len());
+        assert_eq!(share(Arch::Aarch64, Series::V6_1), Some(Share::Subset { fentry: false }));
+        assert_eq!(share(Arch::Aarch64, Series::Newest), Some(Share::Subset { fentry: true }));
+    }
+
+    #[test]
+    fn the_arm64_subset_runs_each_mode_the_kernel_has() {
+        let names = |fentry| {
+            let (scenarios, tests) = runs_of(Share::Subset { fentry });
+            let mut names: Vec<&str> = scenarios.iter().map(|s| s.name).collect();
+            names.extend(tests.iter().map(|t| t.name));
+            names
+        };
+        assert_eq!(
+            names(false),
+            ["plan", "threads-kprobe", "threads-tracepoint", "forced-modes", "teardowns-kprobe"]
+        );
+        assert_eq!(
+            names(true),
+            [
+                "plan",
+                "threads-kprobe",
+                "threads-fentry",
+                "threads-tracepoint",
+                RECORDED,
+                "teardowns-kprobe",
+                "teardowns-fentry"
+            ]
+        );
+        // The whole suite has them in the ground truth already.
+        let (_, whole) = runs_of(Share::Whole);
+        assert!(whole.iter().all(|t| !t.is_teardowns()));
     }
 
     #[test]
     fn both_kernels_of_the_diff_record_the_storm() {
         // So that the schedule's own run diffs the pair.
         for series in kernel_diff::PAIR {
-            let (scenarios, _) = runs_of(share(series));
+            let (scenarios, _) = runs_of(share(kernel_diff::ARCH, series).unwrap());
             let recorded = scenarios.iter().find(|s| s.name == RECORDED);
             assert!(recorded.is_some_and(|s| s.sends.is_some()), "{series} sends no record");
         }

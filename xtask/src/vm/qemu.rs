@@ -1,5 +1,7 @@
 //! Booting a kernel with the test initramfs in qemu, by software emulation (TCG): the
-//! developers' machines are VMs whose KVM hangs a nested guest.
+//! developers' machines are VMs whose KVM hangs a nested guest, and an arm64 kernel has no
+//! other way to run on them. Every guest has two serial lines: the kernel's console, and the
+//! guest's report, which no kernel message can land in.
 
 use std::{
     fs,
@@ -12,6 +14,47 @@ use std::{
 use anyhow::{Context as _, bail};
 
 use super::guest::Report;
+use crate::arch::Arch;
+
+/// The machine qemu emulates for `arch`: its program, the arguments that make the machine, the
+/// kernel's console and the second serial line that carries the report.
+struct Machine {
+    qemu: &'static str,
+    package: &'static str,
+    args: &'static [&'static str],
+    console: &'static str,
+}
+
+fn machine(arch: Arch) -> Machine {
+    match arch {
+        // The PC's two serial ports: ttyS0 for the console, ttyS1 for the report.
+        Arch::X86_64 => Machine {
+            qemu: "qemu-system-x86_64",
+            package: "qemu-system-x86",
+            args: &["-cpu", "max"],
+            console: "ttyS0",
+        },
+        // The virt board has one serial port (PL011, ttyAMA0), the console; the report goes to
+        // a 16550 on PCI, which Debian's arm64 kernels drive built in (8250_pci), as ttyS0.
+        // Pointer authentication is emulated with qemu's cheap algorithm: the architected one
+        // (QARMA) costs TCG dearly on every function's entry and return, and the kernel signs
+        // its return addresses.
+        Arch::Aarch64 => Machine {
+            qemu: "qemu-system-aarch64",
+            package: "qemu-system-arm",
+            args: &["-machine", "virt", "-cpu", "max,pauth-impdef=on"],
+            console: "ttyAMA0",
+        },
+    }
+}
+
+/// The device the guest writes its report to.
+pub fn report_tty(arch: Arch) -> &'static str {
+    match arch {
+        Arch::X86_64 => "/dev/ttyS1",
+        Arch::Aarch64 => "/dev/ttyS0",
+    }
+}
 
 /// One finished boot: what the guest reported, and where its console log is.
 pub struct Boot {
@@ -20,10 +63,11 @@ pub struct Boot {
     pub elapsed: Duration,
 }
 
-/// Boots `vmlinuz` with `initramfs` until the guest powers off, or fails after `timeout`. The
-/// logs go to `dir`: `console.log` (the kernel console, ttyS0), `report.log` (the guest's
-/// report, ttyS1) and `qemu.log` (qemu's own messages).
+/// Boots `arch`'s `vmlinuz` with `initramfs` until the guest powers off, or fails after
+/// `timeout`. The logs go to `dir`: `console.log` (the kernel console), `report.log` (the
+/// guest's report) and `qemu.log` (qemu's own messages).
 pub fn boot(
+    arch: Arch,
     vmlinuz: &Path,
     initramfs: &Path,
     dir: &Path,
@@ -35,29 +79,40 @@ pub fn boot(
     let qemu_log = dir.join("qemu.log");
     let qemu_out = fs::File::create(&qemu_log)?;
     let started = Instant::now();
+    let machine = machine(arch);
+    let report_line = match arch {
+        Arch::X86_64 => vec!["-serial".to_owned(), format!("file:{}", report.display())],
+        Arch::Aarch64 => vec![
+            "-device".to_owned(),
+            "pci-serial,chardev=report".to_owned(),
+            "-chardev".to_owned(),
+            format!("file,id=report,path={}", report.display()),
+        ],
+    };
     // Both vCPUs on one host thread: with multi-threaded TCG, a vCPU sometimes kept trapping on
     // a breakpoint the guest had already patched away (6.1 patching the sched_switch static
     // call in __schedule as a tracepoint was detached), and the guest locked up. Both guests
     // run at once, so each still has a host CPU.
-    let mut qemu = Command::new("qemu-system-x86_64")
-        .args(["-accel", "tcg,thread=single", "-cpu", "max", "-m", "2048", "-smp", "2"])
+    let mut qemu = Command::new(machine.qemu)
+        .args(machine.args)
+        .args(["-accel", "tcg,thread=single", "-m", "2048", "-smp", "2"])
         .arg("-kernel")
         .arg(vmlinuz)
         .arg("-initrd")
         .arg(initramfs)
         // A soft lockup panics (and so ends the boot at once) with the stuck CPU's registers and
         // stack on the console: warnings (level 4) are shown, boot notices are not.
-        .args(["-append", "console=ttyS0 loglevel=5 panic=-1 softlockup_panic=1"])
+        .arg("-append")
+        .arg(format!("console={} loglevel=5 panic=-1 softlockup_panic=1", machine.console))
         .args(["-nographic", "-no-reboot", "-monitor", "none"])
         .arg("-serial")
         .arg(format!("file:{}", console.display()))
-        .arg("-serial")
-        .arg(format!("file:{}", report.display()))
+        .args(report_line)
         .stdin(Stdio::null())
         .stdout(qemu_out.try_clone()?)
         .stderr(qemu_out)
         .spawn()
-        .context("starting qemu-system-x86_64 (package qemu-system-x86)")?;
+        .with_context(|| format!("starting {} (package {})", machine.qemu, machine.package))?;
     let status = loop {
         if let Some(status) = qemu.try_wait()? {
             break status;

@@ -36,6 +36,7 @@ pub const SCENARIOS: &[Scenario] = &[
         check: |doc, c| {
             // free_ipc_ns is inlined on Debian's 6.1 and 6.12: the plan resolves it to free_ipc.
             resolved_to(doc, c, "free_ipc_ns", "free_ipc");
+            architecture(doc, c);
         },
         sends: None,
     },
@@ -280,6 +281,26 @@ fn resolved_to(doc: &Value, c: &mut Checks, point: &str, target: &str) {
         }
         None => c.fail(format!("plan: expected {point} among the planned points, got {doc}")),
     }
+}
+
+/// A `plan --json` document names the architecture exitprof was built for; on arm64 the x86
+/// FPU marker is left out as x86's. The figures say what the kernel offers.
+fn architecture(doc: &Value, c: &mut Checks) {
+    let arch = doc["arch"]["name"].as_str().unwrap_or_default();
+    if !["x86_64", "aarch64"].contains(&arch) {
+        c.fail(format!("arch.name: expected x86_64 or aarch64, got {}", doc["arch"]));
+    }
+    if arch == "aarch64" {
+        let unavailable = doc["unavailable"].as_array().map(Vec::as_slice).unwrap_or_default();
+        let fpu = unavailable.iter().find(|u| u["point"] == "x86_fpu_dropped");
+        let reason = fpu.and_then(|u| u["reason"].as_str()).unwrap_or_default();
+        if !reason.starts_with("x86 only") {
+            c.fail(format!("x86_fpu_dropped on arm64: expected \"x86 only\", got {fpu:?}"));
+        }
+    }
+    let offered =
+        |mode: &str| doc[mode].as_str().map_or("?", |s| if s == "yes" { "yes" } else { "no" });
+    c.figure(format!("{arch}, kprobes {}, fentry {}", offered("kprobes"), offered("fentry")));
 }
 
 /// Every function probe is attached with `how` (fentry or kprobe); markers may be tracepoints.

@@ -2,14 +2,18 @@
 //! kernel offers and where exits' costs lie, run where kprobes and fentry exist.
 //!
 //! The test binary and exitprof (`cargo xtask dist`'s) are built static (musl), and the C
-//! programs the tests profile are built static ahead of time (the guest has no compiler); the
-//! tests find them through the environment their `support` module reads.
+//! programs the tests profile are built static ahead of time (the guest has no compiler), all
+//! for the guest's architecture (with Debian's cross compiler for the one that is not this
+//! machine's); the tests find them through the environment their `support` module reads.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use crate::{command::workspace_root, dist, measure::compile_c, test::test_binaries};
+use super::busybox;
+use crate::{
+    arch::Arch, command::workspace_root, dist, measure::compile_c_with, test::test_binaries,
+};
 
 /// Where the guest finds the test binary and the test programs.
 pub const TEST_BINARY: &str = "/tests/exitprof-tests";
@@ -51,47 +55,75 @@ pub const GUEST_TESTS: &[GuestTests] = &[
     // The compat object forced beside the object the kernel chooses: every exit accounted, the
     // same measures.
     GuestTests { name: "compat", attach: "auto", args: &["compat::"] },
+    // arm64's share: the ground truth of the teardowns alone, in each mode.
+    GuestTests { name: "teardowns-kprobe", attach: "kprobe", args: TEARDOWNS },
+    GuestTests { name: "teardowns-fentry", attach: "fentry", args: TEARDOWNS },
 ];
 
 /// The ground truth, every test of it.
 const GROUND_TRUTH: &[&str] = &["ground_truth::"];
+
+/// The ground truth of the exit's teardowns, each computing in a function exitprof probes: the
+/// address space (`exit_mm`, inlined, a gap), the descriptors (`exit_files`) and the semaphore
+/// undo lists (`exit_sem`).
+const TEARDOWNS: &[&str] = &[
+    "ground_truth::an_mm_teardown_computes_in_exit_mmap",
+    "ground_truth::closing_many_descriptors_computes_in_exit_files",
+    "ground_truth::undoing_semaphore_operations_computes_in_exit_sem",
+];
 
 impl GuestTests {
     /// Whether this run is the ground truth (in one attach mode).
     pub fn is_ground_truth(&self) -> bool {
         self.args == GROUND_TRUTH
     }
+
+    /// Whether this run is the teardowns' ground truth (in one attach mode).
+    pub fn is_teardowns(&self) -> bool {
+        self.args == TEARDOWNS
+    }
 }
 
-/// The static builds the guest runs.
+/// The static builds a guest of one architecture runs.
 pub struct StaticBuild {
+    pub arch: Arch,
+    pub busybox: PathBuf,
     pub exitprof: PathBuf,
     pub tests: PathBuf,
     /// Each test program: its name and its binary.
     pub programs: Vec<(String, PathBuf)>,
 }
 
-/// Builds exitprof, its integration tests and their C programs, all statically linked.
-pub fn build() -> anyhow::Result<StaticBuild> {
-    let exitprof = dist::static_binary()?;
+/// Builds exitprof, its integration tests and their C programs for `arch`, all statically
+/// linked, and fetches its busybox.
+pub fn build(arch: Arch) -> anyhow::Result<StaticBuild> {
+    let exitprof = dist::static_binary(arch)?;
     // The shipped binary's target and profile: the tests' build shares its artifacts.
-    let tests = test_binaries(&["--profile", dist::PROFILE, "--target", dist::TARGET])?
-        .pop()
-        .context("cargo named no integration-test executable")?;
+    let target = arch.musl_target();
+    let tests =
+        test_binaries(dist::cargo_for(arch)?, &["--profile", dist::PROFILE, "--target", target])?
+            .pop()
+            .context("cargo named no integration-test executable")?;
     let root = workspace_root();
-    let programs = build_programs(&root.join("exitprof/tests/programs"), &root.join("target/vm"))?;
-    Ok(StaticBuild { exitprof, tests, programs })
+    let out = root.join("target/vm").join(arch.debian());
+    let programs = build_programs(arch, &root.join("exitprof/tests/programs"), &out)?;
+    Ok(StaticBuild { arch, busybox: busybox::fetch(arch)?, exitprof, tests, programs })
 }
 
-/// Compiles each C program of `sources` as the tests do, but static, into `out/programs`.
-fn build_programs(sources: &Path, out: &Path) -> anyhow::Result<Vec<(String, PathBuf)>> {
+/// Compiles each C program of `sources` as the tests do, but static and for `arch`, into
+/// `out/programs`.
+fn build_programs(
+    arch: Arch,
+    sources: &Path,
+    out: &Path,
+) -> anyhow::Result<Vec<(String, PathBuf)>> {
     let dir = out.join("programs");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut programs = Vec::new();
     for entry in std::fs::read_dir(sources).with_context(|| format!("{}", sources.display()))? {
         let source = entry?.path();
         if source.extension().is_some_and(|e| e == "c") {
-            let binary = compile_c(&source, &dir, &["-static"])?;
+            let binary = compile_c_with(&arch.c_compiler(), &source, &dir, &["-static"])?;
             let name = source.file_stem().unwrap_or_default().to_string_lossy().into_owned();
             programs.push((name, binary));
         }
