@@ -85,14 +85,24 @@ impl Arch {
         ]
     }
 
-    /// The environment that makes cargo link its Rust target with [`Self::c_compiler`] (Rust
-    /// links with the machine's `cc` unless told otherwise, which cannot link for another
-    /// architecture).
-    pub fn cargo_linker(self) -> Option<(String, String)> {
-        (self != Self::host()).then(|| {
-            let var = self.musl_target().to_uppercase().replace('-', "_");
-            (format!("CARGO_TARGET_{var}_LINKER"), self.c_compiler())
-        })
+    /// The environment that makes cargo build for its Rust target with Debian's cross tools:
+    /// its linker (Rust links with the machine's `cc` unless told otherwise, which cannot link
+    /// for another architecture), and the C compiler and archiver of crates with C in them
+    /// (ring's; the cc crate would look for `aarch64-linux-musl-gcc`). None for the machine's own.
+    pub fn cargo_env(self) -> Vec<(String, String)> {
+        if self == Self::host() {
+            return Vec::new();
+        }
+        let target = self.musl_target();
+        let tool = |name: &str| format!("{}-{name}", self.gnu_triplet());
+        vec![
+            (
+                format!("CARGO_TARGET_{}_LINKER", target.to_uppercase().replace('-', "_")),
+                tool("gcc"),
+            ),
+            (format!("CC_{}", target.replace('-', "_")), tool("gcc")),
+            (format!("AR_{}", target.replace('-', "_")), tool("ar")),
+        ]
     }
 }
 
@@ -110,17 +120,20 @@ mod tests {
     fn the_other_architecture_is_built_with_debians_cross_tools() {
         let other = if Arch::host() == Arch::X86_64 { Arch::Aarch64 } else { Arch::X86_64 };
         assert!(Arch::host().cross_packages().is_empty());
-        assert_eq!(Arch::host().cargo_linker(), None);
+        assert!(Arch::host().cargo_env().is_empty());
         assert_eq!(Arch::host().c_compiler(), "cc");
         if other == Arch::Aarch64 {
             assert_eq!(other.c_compiler(), "aarch64-linux-gnu-gcc");
             assert_eq!(other.cross_packages(), ["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross"]);
+            let env: Vec<(&str, &str)> =
+                other.cargo_env().iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             assert_eq!(
-                other.cargo_linker(),
-                Some((
-                    "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER".to_owned(),
-                    "aarch64-linux-gnu-gcc".to_owned()
-                ))
+                env,
+                [
+                    ("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER", "aarch64-linux-gnu-gcc"),
+                    ("CC_aarch64_unknown_linux_musl", "aarch64-linux-gnu-gcc"),
+                    ("AR_aarch64_unknown_linux_musl", "aarch64-linux-gnu-ar"),
+                ]
             );
         } else {
             assert_eq!(other.cross_packages(), ["gcc-x86-64-linux-gnu", "libc6-dev-amd64-cross"]);

@@ -58,16 +58,15 @@ pub fn dir(arch: Arch) -> PathBuf {
 }
 
 /// The cargo command that builds for `arch`'s musl target (its standard library installed, its
-/// linker set, Debian's cross compiler installed where `arch` is not the machine's).
+/// linker and C compiler set, Debian's cross compiler installed where `arch` is not the
+/// machine's).
 pub fn cargo_for(arch: Arch) -> anyhow::Result<Command> {
     setup::ensure_target(arch.musl_target())?;
     let cross = arch.cross_packages();
     packages::ensure(&cross.iter().map(String::as_str).collect::<Vec<_>>())?;
     let mut cargo = Command::new(env!("CARGO"));
     cargo.current_dir(workspace_root());
-    if let Some((var, linker)) = arch.cargo_linker() {
-        cargo.env(var, linker);
-    }
+    cargo.envs(arch.cargo_env());
     Ok(cargo)
 }
 
