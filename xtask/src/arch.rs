@@ -73,11 +73,12 @@ impl Arch {
         if self == Self::host() { "cc".to_owned() } else { format!("{}-gcc", self.gnu_triplet()) }
     }
 
-    /// The Debian packages building for it needs here (the cross compiler and the target's C
-    /// library for static programs), none for the machine's own.
-    pub fn cross_packages(self) -> Vec<String> {
+    /// The Debian packages building for it needs here: for the machine's own, musl's C compiler
+    /// wrapper (`musl-tools`), which the cc crate builds C for its musl target with (ring's);
+    /// for the other, the cross compiler and the target's C library.
+    pub fn build_packages(self) -> Vec<String> {
         if self == Self::host() {
-            return Vec::new();
+            return vec!["musl-tools".to_owned()];
         }
         vec![
             format!("gcc-{}", self.gnu_triplet().replace('_', "-")),
@@ -119,12 +120,12 @@ mod tests {
     #[test]
     fn the_other_architecture_is_built_with_debians_cross_tools() {
         let other = if Arch::host() == Arch::X86_64 { Arch::Aarch64 } else { Arch::X86_64 };
-        assert!(Arch::host().cross_packages().is_empty());
+        assert_eq!(Arch::host().build_packages(), ["musl-tools"]);
         assert!(Arch::host().cargo_env().is_empty());
         assert_eq!(Arch::host().c_compiler(), "cc");
         if other == Arch::Aarch64 {
             assert_eq!(other.c_compiler(), "aarch64-linux-gnu-gcc");
-            assert_eq!(other.cross_packages(), ["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross"]);
+            assert_eq!(other.build_packages(), ["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross"]);
             let env: Vec<(&str, &str)> =
                 other.cargo_env().iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             assert_eq!(
@@ -136,7 +137,7 @@ mod tests {
                 ]
             );
         } else {
-            assert_eq!(other.cross_packages(), ["gcc-x86-64-linux-gnu", "libc6-dev-amd64-cross"]);
+            assert_eq!(other.build_packages(), ["gcc-x86-64-linux-gnu", "libc6-dev-amd64-cross"]);
         }
     }
 }

@@ -57,13 +57,13 @@ pub fn dir(arch: Arch) -> PathBuf {
     workspace_root().join("target/dist").join(arch.debian())
 }
 
-/// The cargo command that builds for `arch`'s musl target (its standard library installed, its
-/// linker and C compiler set, Debian's cross compiler installed where `arch` is not the
-/// machine's).
+/// The cargo command that builds for `arch`'s musl target (its standard library and the C
+/// tools it needs installed, and where `arch` is not the machine's, Debian's cross compiler set
+/// as its linker and C compiler).
 pub fn cargo_for(arch: Arch) -> anyhow::Result<Command> {
     setup::ensure_target(arch.musl_target())?;
-    let cross = arch.cross_packages();
-    packages::ensure(&cross.iter().map(String::as_str).collect::<Vec<_>>())?;
+    let needed = arch.build_packages();
+    packages::ensure(&needed.iter().map(String::as_str).collect::<Vec<_>>())?;
     let mut cargo = Command::new(env!("CARGO"));
     cargo.current_dir(workspace_root());
     cargo.envs(arch.cargo_env());
