@@ -126,8 +126,9 @@ mod tests {
         if other == Arch::Aarch64 {
             assert_eq!(other.c_compiler(), "aarch64-linux-gnu-gcc");
             assert_eq!(other.build_packages(), ["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross"]);
+            let env = other.cargo_env();
             let env: Vec<(&str, &str)> =
-                other.cargo_env().iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             assert_eq!(
                 env,
                 [
