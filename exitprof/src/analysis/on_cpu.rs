@@ -153,39 +153,47 @@ impl StageOnCpu {
             })
             .collect();
         rows.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.stack.cmp(&b.stack)));
-        let mostly_in = hot_path(&rows, samples);
+        let weighed: Vec<(&[String], f64)> =
+            rows.iter().map(|r| (r.stack.as_slice(), r.samples as f64)).collect();
+        let mostly_in = heaviest_chain(&weighed);
         Self { stage, samples, on_cpu_ns, mostly_in, stacks: rows }
     }
 }
 
-/// From the outermost frame in, the callee that holds the most samples, as long as it holds at
-/// least [`HOT_PATH_SHARE`] of them all.
-fn hot_path(rows: &[OnCpuIn], samples: u64) -> Option<HotPath> {
+/// The deepest chain of calls (innermost first, as stacks are) that holds most of the weight of
+/// `stacks`: from the outermost frame in, the callee that holds the most weight, as long as it
+/// holds at least [`HOT_PATH_SHARE`] of it all. `do_exit` is left out of the chain. What a
+/// stage's samples mostly go through, or (weighed by their change) where a diff's time moved.
+pub fn heaviest_chain(stacks: &[(&[String], f64)]) -> Option<HotPath> {
+    let total: f64 = stacks.iter().map(|(_, w)| w.max(0.0)).sum();
+    if total <= 0.0 {
+        return None;
+    }
     let mut path: Vec<&str> = Vec::new();
-    let mut held = samples;
+    let mut held = total;
     loop {
-        // Samples of each next frame among the stacks that go through `path`.
-        let mut next: HashMap<&str, u64> = HashMap::new();
-        for row in rows {
-            let mut outward = row.stack.iter().rev().map(String::as_str);
+        // Weight of each next frame among the stacks that go through `path`.
+        let mut next: HashMap<&str, f64> = HashMap::new();
+        for (stack, weight) in stacks.iter().filter(|(_, w)| *w > 0.0) {
+            let mut outward = stack.iter().rev().map(String::as_str);
             if outward.by_ref().take(path.len()).eq(path.iter().copied())
                 && let Some(frame) = outward.next()
             {
-                *next.entry(frame).or_default() += row.samples;
+                *next.entry(frame).or_default() += weight;
             }
         }
-        let best = next.into_iter().max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)));
+        let best = next.into_iter().max_by(|a, b| a.1.total_cmp(&b.1).then_with(|| b.0.cmp(a.0)));
         match best {
-            Some((frame, n)) if n as f64 >= HOT_PATH_SHARE * samples as f64 => {
+            Some((frame, w)) if w >= HOT_PATH_SHARE * total => {
                 path.push(frame);
-                held = n;
+                held = w;
             }
             _ => break,
         }
     }
     let frames: Vec<String> =
         path.iter().rev().filter(|&&f| f != EXIT_FRAME).map(|&f| f.to_owned()).collect();
-    (!frames.is_empty()).then(|| HotPath { frames, share: held as f64 / samples as f64 })
+    (!frames.is_empty()).then(|| HotPath { frames, share: held / total })
 }
 
 /// `unmap_vmas ← exit_mmap ← __mmput ← exit_mm`: frames, innermost first, called from where.

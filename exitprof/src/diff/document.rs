@@ -12,8 +12,9 @@ use super::{
         CONFIDENCE, Change, FEW_RUNS_FACTOR, FEW_RUNS_FLOOR, Figure, RUNS_FOR_AN_INTERVAL,
         row_level,
     },
-    verdict::verdict,
+    verdict::{ROWS_NAMED, verdict},
 };
+use crate::analysis::on_cpu::{EXIT_FRAME, heaviest_chain};
 
 /// Stacks listed per kind, those whose time per exit changed most.
 pub const STACKS_SHOWN: usize = 5;
@@ -33,9 +34,37 @@ pub struct DiffDocument {
     /// Blocked-in and on-CPU stacks whose time per exit changed most, by row.
     pub blocked_in: Vec<StackChange>,
     pub on_cpu_in: Vec<StackChange>,
+    /// The code whose time moved, for each row the verdict names (largest change first).
+    pub moved_code: Vec<MovedCode>,
     /// Some row's time per exit changed beyond run-to-run noise.
     pub changed: bool,
+    /// What makes the comparison less than fair (a side that lost many of its exits, sides
+    /// that lost at different rates), in words.
+    pub warnings: Vec<String>,
     pub verdict: String,
+}
+
+/// Where a row's change lies in the kernel's code.
+#[derive(Debug, Serialize)]
+pub struct MovedCode {
+    pub row: String,
+    /// The kernel code the row covers: what lies between its probe points.
+    pub covers: Vec<String>,
+    /// The chain of calls most of the row's change of on-CPU time goes through, weighed by each
+    /// sampled stack's change; `null` where the samples do not lead one way.
+    pub on_cpu: Option<ChainChange>,
+    /// The stack whose blocked time changed most in the row the way the row's off-CPU time did.
+    pub blocked: Option<ChainChange>,
+}
+
+/// A chain of calls and the change of time per exit of the stacks through it.
+#[derive(Debug, Serialize)]
+pub struct ChainChange {
+    /// Innermost first.
+    pub frames: Vec<String>,
+    pub delta_ns_per_exit: f64,
+    /// Of the change of the row's stacks of this kind that went the same way.
+    pub share: f64,
 }
 
 /// One side's runs.
@@ -48,6 +77,11 @@ pub struct SideDoc {
     pub workloads: Vec<String>,
     /// Exits recorded, per run.
     pub exits: Vec<u64>,
+    /// Exits lost, per run (all causes), and of them those lost to a full ring buffer.
+    pub lost: Vec<u64>,
+    pub lost_ringbuf_full: Vec<u64>,
+    /// Of all the exits its runs saw, the part they lost.
+    pub loss_rate: f64,
     /// Some run was cut short.
     pub partial: bool,
 }
@@ -156,15 +190,27 @@ impl DiffDocument {
                 .collect()
         });
         let changed = rows.iter().any(|r| r.ns_per_exit.is_beyond_noise());
+        let moved_code = named_rows(&rows)
+            .into_iter()
+            .map(|r| MovedCode::of(r, &on_cpu_in, &blocked_in))
+            .collect();
+        let (a, b) = (SideDoc::new(a), SideDoc::new(b));
+        let warnings = loss_warnings(&a, &b);
+        let shown = |mut changes: Vec<StackChange>| {
+            changes.truncate(STACKS_SHOWN);
+            changes
+        };
         let mut doc = Self {
-            a: SideDoc::new(a),
-            b: SideDoc::new(b),
+            a,
+            b,
             noise,
             same_cut,
             rows,
-            blocked_in,
-            on_cpu_in,
+            blocked_in: shown(blocked_in),
+            on_cpu_in: shown(on_cpu_in),
+            moved_code,
             changed,
+            warnings,
             verdict: String::new(),
         };
         doc.verdict = verdict(&doc);
@@ -190,9 +236,110 @@ impl SideDoc {
             attach: distinct(&|r| r.attach.clone()),
             workloads: distinct(&RunView::describe_workload),
             exits: runs.iter().map(|(_, r)| r.exits()).collect(),
+            lost: runs.iter().map(|(_, r)| r.lost).collect(),
+            lost_ringbuf_full: runs.iter().map(|(_, r)| r.losses.ringbuf_full).collect(),
+            loss_rate: {
+                let lost: u64 = runs.iter().map(|(_, r)| r.lost).sum();
+                let recorded: u64 = runs.iter().map(|(_, r)| r.exits()).sum();
+                lost as f64 / (lost + recorded).max(1) as f64
+            },
             partial: runs.iter().any(|(_, r)| r.partial),
         }
     }
+}
+
+/// A side that lost more than this part of its exits is not compared as an equal.
+pub const LOSS_WARNING: f64 = 0.02;
+/// Sides whose loss rates differ by more than this (in parts of their exits) lost unlike parts.
+pub const LOSS_RATES_DIFFER: f64 = 0.01;
+
+/// Warnings on the sides' losses: exits lost to a full ring buffer are those of a burst (the
+/// kernel drops what comes while the buffer is full), so a side that lost many compares only
+/// what was left of its bursts.
+fn loss_warnings(a: &SideDoc, b: &SideDoc) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for (name, side) in [("A", a), ("B", b)] {
+        if side.loss_rate > LOSS_WARNING {
+            let full: u64 = side.lost_ringbuf_full.iter().sum();
+            let why = if full > 0 {
+                format!(
+                    ", {full} of them to a full ring buffer: exits of bursts, not a random \
+                     sample, so its figures leave out what its bursts did"
+                )
+            } else {
+                String::new()
+            };
+            warnings.push(format!(
+                "{name} lost {:.1}% of its exits ({} lost){why}; rerun it with a larger \
+                 --ringbuf-bytes or fewer exits at once",
+                side.loss_rate * 100.0,
+                side.lost.iter().sum::<u64>(),
+            ));
+        }
+    }
+    if (a.loss_rate - b.loss_rate).abs() > LOSS_RATES_DIFFER {
+        warnings.push(format!(
+            "the sides lost unlike parts of their exits (A {:.1}%, B {:.1}%): what each lost is \
+             not the same kind of exit, and the change may be in what was lost",
+            a.loss_rate * 100.0,
+            b.loss_rate * 100.0
+        ));
+    }
+    warnings
+}
+
+/// Rows the verdict names: those beyond noise, largest change of time per exit first.
+pub fn named_rows(rows: &[RowDoc]) -> Vec<&RowDoc> {
+    let mut moved: Vec<&RowDoc> =
+        rows[1..].iter().filter(|r| r.ns_per_exit.is_beyond_noise()).collect();
+    moved.sort_by(|x, y| y.ns_per_exit.delta.abs().total_cmp(&x.ns_per_exit.delta.abs()));
+    moved.truncate(ROWS_NAMED);
+    moved
+}
+
+impl MovedCode {
+    /// Where `row`'s change lies: the code it covers, the chain its on-CPU change goes
+    /// through, and the stack its blocked time grew (or shrank) most in.
+    fn of(row: &RowDoc, on_cpu: &[StackChange], blocked: &[StackChange]) -> Self {
+        let same_way = |changes: &[StackChange], delta: f64| -> Vec<(Vec<String>, f64)> {
+            changes
+                .iter()
+                .filter(|c| c.row == row.group.name && c.delta_ns_per_exit * delta > 0.0)
+                .map(|c| (c.stack.clone(), c.delta_ns_per_exit.abs()))
+                .collect()
+        };
+        let on_cpu_delta = row.on_cpu_ns_per_exit.delta;
+        let sampled = same_way(on_cpu, on_cpu_delta);
+        let weighed: Vec<(&[String], f64)> =
+            sampled.iter().map(|(s, w)| (s.as_slice(), *w)).collect();
+        let on_cpu = heaviest_chain(&weighed).map(|hot| ChainChange {
+            delta_ns_per_exit: on_cpu_delta.signum()
+                * sampled
+                    .iter()
+                    .filter(|(s, _)| goes_through(s, &hot.frames))
+                    .map(|(_, w)| w)
+                    .sum::<f64>(),
+            frames: hot.frames,
+            share: hot.share,
+        });
+        let blocked_delta = row.off_cpu_ns_per_exit.delta;
+        let blocks = same_way(blocked, blocked_delta);
+        let all: f64 = blocks.iter().map(|(_, w)| w).sum();
+        let blocked =
+            blocks.iter().max_by(|x, y| x.1.total_cmp(&y.1)).map(|(stack, w)| ChainChange {
+                frames: stack.clone(),
+                delta_ns_per_exit: blocked_delta.signum() * w,
+                share: w / all,
+            });
+        Self { row: row.group.name.clone(), covers: row.group.covers.clone(), on_cpu, blocked }
+    }
+}
+
+/// Whether a stack (innermost first) goes through a chain (innermost first, `do_exit` left
+/// out): its frames from the exit inwards begin with the chain's.
+fn goes_through(stack: &[String], chain: &[String]) -> bool {
+    let outward = stack.iter().rev().filter(|f| f.as_str() != EXIT_FRAME);
+    outward.take(chain.len()).eq(chain.iter().rev())
 }
 
 #[derive(Clone, Copy)]
@@ -272,7 +419,7 @@ fn run_figures(run: &RunView, stages: &[String], one_stage: bool) -> RunFigures 
 /// A run's stacks: (stage, frames, time).
 type Stacks<'a> = Vec<(&'a str, &'a Vec<String>, f64)>;
 
-/// The stacks whose mean time per exit changed most between the sides, by row.
+/// Every stack's mean time per exit on both sides, by row, largest change first.
 fn stack_changes(
     a: &[RunView],
     b: &[RunView],
@@ -309,7 +456,6 @@ fn stack_changes(
             .total_cmp(&x.delta_ns_per_exit.abs())
             .then_with(|| x.stack.cmp(&y.stack))
     });
-    changes.truncate(STACKS_SHOWN);
     changes
 }
 
@@ -356,10 +502,10 @@ mod tests {
         let level = row_level(4);
         assert_eq!(doc.noise.row_level, level);
         let expected = welch(&[1_000.0, 1_200.0, 800.0], &[3_000.0, 3_300.0, 2_700.0], level);
-        assert_eq!(mm.ns_per_exit.interval, Some(expected));
+        assert_eq!(mm.ns_per_exit.interval, expected);
         assert_eq!((mm.ns_per_exit.delta, mm.ns_per_exit.beyond_noise), (2_000.0, Some(true)));
         // Every exit passes through every stage here: the stage's mean is its time per exit.
-        assert_eq!(mm.mean_ns.as_ref().unwrap().interval, Some(expected));
+        assert_eq!(mm.mean_ns.as_ref().unwrap().interval, expected);
         // The whole exit's change is all in that stage; the others did not move at all.
         assert_eq!(mm.share_of_change, Some(1.0));
         assert_eq!(doc.rows[1].ns_per_exit.beyond_noise, Some(false));
@@ -500,6 +646,72 @@ mod tests {
         assert_eq!(exit.off_cpu_ns_per_exit.beyond_noise, None);
         assert_eq!(exit.on_cpu_ns_per_exit.beyond_noise, Some(true));
         assert!(doc.verdict.contains("it is mostly time off a CPU"), "{}", doc.verdict);
+    }
+
+    /// A run of the tracepoint cut whose teardown stage computes in `unmap_page_range` (90%
+    /// of its samples) and `free_pgtables`.
+    fn teardown(mm: f64, lost: u64, ringbuf_full: u64) -> (String, RunView) {
+        let mut doc = document(100, &tracepoint_cut(mm));
+        let stack = |frames: &[&str], share: f64| serde_json::json!({"stack": frames, "est_ns": mm * 100.0 * share});
+        doc["stages"][2]["on_cpu_in"] = serde_json::json!([
+            stack(
+                &[
+                    "zap_pte_range",
+                    "unmap_page_range",
+                    "unmap_vmas",
+                    "exit_mmap",
+                    "__mmput",
+                    "do_exit"
+                ],
+                0.9
+            ),
+            stack(&["free_pgtables", "exit_mmap", "__mmput", "do_exit"], 0.1),
+        ]);
+        doc["lost"] = lost.into();
+        doc["losses"] = serde_json::json!({"ringbuf_full": ringbuf_full, "hits": 0});
+        ("run.json".to_owned(), view(&doc))
+    }
+
+    #[test]
+    fn the_verdict_names_the_code_whose_time_moved() {
+        let doc = DiffDocument::new(&[teardown(1_000.0, 0, 0)], &[teardown(8_000.0, 0, 0)]);
+        let code = &doc.moved_code[0];
+        let chain = code.on_cpu.as_ref().unwrap();
+        assert_eq!(chain.frames[..3], ["zap_pte_range", "unmap_page_range", "unmap_vmas"]);
+        assert!(
+            (chain.share - 0.9).abs() < 1e-9 && (chain.delta_ns_per_exit - 6_300.0).abs() < 1e-6
+        );
+        assert!(
+            doc.verdict.contains(
+                "perf_event_exit_task…exit_thread covers perf_event_exit_task, exit_mm, \
+                 exit_files; its time moved on a CPU +7.0µs per exit, mostly in zap_pte_range ← \
+                 unmap_page_range ← unmap_vmas ← exit_mmap ← __mmput (90% of that)."
+            ),
+            "{}",
+            doc.verdict
+        );
+        assert!(doc.warnings.is_empty(), "{:?}", doc.warnings);
+    }
+
+    #[test]
+    fn a_side_that_lost_many_exits_is_not_compared_as_an_equal() {
+        let doc = DiffDocument::new(&[teardown(1_000.0, 9_900, 9_900)], &[teardown(1_000.0, 0, 0)]);
+        assert_eq!(
+            (doc.a.lost.clone(), doc.a.lost_ringbuf_full.clone()),
+            (vec![9_900], vec![9_900])
+        );
+        assert!((doc.a.loss_rate - 0.99).abs() < 1e-9 && doc.b.loss_rate == 0.0);
+        assert_eq!(doc.warnings.len(), 2, "{:?}", doc.warnings);
+        assert!(doc.warnings[0].starts_with(
+            "A lost 99.0% of its exits (9900 lost), 9900 of them to a full ring buffer"
+        ));
+        assert!(doc.warnings[1].contains("unlike parts of their exits (A 99.0%, B 0.0%)"));
+        assert!(doc.verdict.contains("less than fair"), "{}", doc.verdict);
+        let text = super::super::text::render(&doc);
+        assert!(text.contains("9900 lost (99.0%, 9900 to a full ring buffer)"), "{text}");
+        // A few lost alike on both sides: nothing to warn of.
+        let doc = DiffDocument::new(&[teardown(1_000.0, 1, 0)], &[teardown(1_000.0, 1, 1)]);
+        assert!(doc.warnings.is_empty(), "{:?}", doc.warnings);
     }
 
     #[test]

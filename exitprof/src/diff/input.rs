@@ -2,7 +2,10 @@
 //! document `exitprof --json` printed, or a record file (`exitprof record`), whose report is
 //! that document.
 
-use std::path::{Path, PathBuf};
+use std::{
+    hash::{DefaultHasher, Hash as _, Hasher as _},
+    path::{Path, PathBuf},
+};
 
 use serde::Deserialize;
 
@@ -28,13 +31,29 @@ impl Input {
         let text = std::fs::read(path).map_err(|e| {
             UsageError(format!("cannot read the saved run {}: {e}", path.display()))
         })?;
+        let mut hasher = DefaultHasher::new();
+        text.hash(&mut hasher);
+        let content = hasher.finish();
         if !text.starts_with(record::MAGIC) {
-            return RunView::from_json(&text).map_err(bad);
+            return RunView::from_json(&text).map(|v| RunView { content, ..v }).map_err(bad);
         }
         let outcome = record::replay(path).map_err(|e| bad(e.to_string()))?;
         let document = serde_json::to_vec(&RunDocument::new(&outcome))
             .map_err(|e| bad(format!("its report cannot be written as JSON: {e}")))?;
-        RunView::from_json(&document).map_err(bad)
+        let mut view = RunView::from_json(&document).map_err(bad)?;
+        view.content = content;
+        // The document lists a stage's most sampled stacks only; a record has them all, which
+        // the differential flame graph and the code named for a change weigh.
+        for stage in &mut view.stages {
+            if let Some(sampled) = outcome.on_cpu.stages.iter().find(|s| s.stage == stage.name) {
+                stage.on_cpu_in = sampled
+                    .stacks
+                    .iter()
+                    .map(|s| StackView { stack: s.stack.clone(), est_ns: s.est_ns })
+                    .collect();
+            }
+        }
+        Ok(view)
     }
 }
 
@@ -54,6 +73,22 @@ pub struct RunView {
     pub stages: Vec<StageView>,
     #[serde(default)]
     pub blocked_in: Vec<BlockedView>,
+    /// Exits lost, all causes together, and those lost to a full ring buffer.
+    #[serde(default)]
+    pub lost: u64,
+    #[serde(default)]
+    pub losses: LossesView,
+    /// A hash of the file's bytes: the same run given twice has the same.
+    #[serde(skip)]
+    pub content: u64,
+}
+
+/// The losses of a run that `diff` weighs.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct LossesView {
+    /// Exits lost because the exit ring buffer was full: those of a burst, not a random sample.
+    #[serde(default)]
+    pub ringbuf_full: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -15,6 +15,7 @@ mod text;
 mod verdict;
 
 pub use input::Input;
+use input::RunView;
 
 use crate::{
     base::UsageError,
@@ -51,6 +52,7 @@ pub fn diff(request: &DiffRequest) -> anyhow::Result<DiffReport> {
         inputs.iter().map(|i| Ok((i.path().display().to_string(), i.read()?))).collect()
     };
     let (a, b) = (read(&request.a)?, read(&request.b)?);
+    refuse_copies(&a, &b)?;
     let doc = DiffDocument::new(&a, &b);
     let document = format!("{}\n", serde_json::to_string_pretty(&doc)?);
     let exports = request
@@ -70,6 +72,26 @@ pub fn diff(request: &DiffRequest) -> anyhow::Result<DiffReport> {
         .collect::<anyhow::Result<_>>()?;
     let text = if request.json { document } else { text::render(&doc) };
     Ok(DiffReport { text, exports })
+}
+
+/// Refuses a run given twice (on one side or both, under any name): copies of one run agree
+/// exactly, which runs never do, and would pass for runs that show no noise at all.
+fn refuse_copies(a: &[(String, RunView)], b: &[(String, RunView)]) -> Result<(), UsageError> {
+    let all: Vec<(&str, &String, u64)> = a
+        .iter()
+        .map(|(file, run)| ("A", file, run.content))
+        .chain(b.iter().map(|(file, run)| ("B", file, run.content)))
+        .collect();
+    for (i, (side, file, content)) in all.iter().enumerate() {
+        if let Some((other_side, other, _)) = all[..i].iter().find(|(_, _, c)| c == content) {
+            return Err(UsageError(format!(
+                "{other} (side {other_side}) and {file} (side {side}) hold the same run: copies of \
+                 one run agree exactly, which runs of a workload never do, and would pass for runs \
+                 without noise; give each run once"
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl DiffReport {

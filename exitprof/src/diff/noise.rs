@@ -9,7 +9,9 @@
 //! column in about 5% of diffs. With fewer runs no interval can be had, and a change counts as
 //! beyond noise only when its figure more than doubles or halves ([`FEW_RUNS_FACTOR`]) and moves
 //! by a tenth of the whole exit's or more ([`FEW_RUNS_FLOOR`]), and only for the figures that vary
-//! less than that between runs.
+//! less than that between runs. Runs whose figures do not differ at all give no interval either:
+//! nothing in them tells how far runs of a workload differ, and a zero-width interval would call
+//! any change, however small, beyond noise.
 
 use serde::Serialize;
 use statrs::distribution::{ContinuousCDF as _, StudentsT};
@@ -49,11 +51,15 @@ pub struct Change {
     pub delta: f64,
     /// `delta / a`; `null` when A's figure is 0.
     pub relative: Option<f64>,
-    /// The interval of `delta` from the runs; `null` with fewer than 3 runs a side.
+    /// The interval of `delta` from the runs; `null` with fewer than 3 runs a side, or where
+    /// the runs of each side do not differ at all (`no_spread`).
     pub interval: Option<Interval>,
+    /// Each side's runs have exactly the same figure: their spread says nothing of the noise.
+    pub no_spread: bool,
     /// The interval leaves out 0, or (fewer runs) the figure changed more than 2x either way and
     /// by a tenth of the whole exit's or more;
-    /// `null` where fewer runs cannot tell (a tail percentile, time off a CPU).
+    /// `null` where fewer runs cannot tell (a tail percentile, time off a CPU), or where the runs
+    /// did not vary at all and the figure moved.
     pub beyond_noise: Option<bool>,
 }
 
@@ -70,9 +76,13 @@ impl Change {
         let (mean_a, mean_b) = (mean(a)?, mean(b)?);
         let delta = mean_b - mean_a;
         let enough = a.len().min(b.len()) >= RUNS_FOR_AN_INTERVAL;
-        let interval = enough.then(|| welch(a, b, level));
+        let interval = if enough { welch(a, b, level) } else { None };
+        let no_spread = enough && interval.is_none();
         let beyond_noise = match (interval, figure) {
             (Some(i), _) => Some(i.low > 0.0 || i.high < 0.0),
+            // Nothing moved: no noise is needed to say so.
+            (None, _) if no_spread && delta == 0.0 => Some(false),
+            (None, _) if no_spread => None,
             (None, Figure::Steady) => {
                 Some(beyond_factor(mean_a, mean_b) && delta.abs() >= FEW_RUNS_FLOOR * whole)
             }
@@ -84,6 +94,7 @@ impl Change {
             delta,
             relative: (mean_a != 0.0).then(|| delta / mean_a),
             interval,
+            no_spread,
             beyond_noise,
         })
     }
@@ -98,8 +109,9 @@ pub fn row_level(rows: usize) -> f64 {
     1.0 - (1.0 - CONFIDENCE) / rows.max(1) as f64
 }
 
-/// Welch's t interval of `mean(b) - mean(a)` at `level`, for 2 or more values a side.
-pub fn welch(a: &[f64], b: &[f64], level: f64) -> Interval {
+/// Welch's t interval of `mean(b) - mean(a)` at `level`, for 2 or more values a side; `None`
+/// when neither side's values vary (the standard error is 0).
+pub fn welch(a: &[f64], b: &[f64], level: f64) -> Option<Interval> {
     let (ma, va) = mean_and_variance(a);
     let (mb, vb) = mean_and_variance(b);
     let (na, nb) = (a.len() as f64, b.len() as f64);
@@ -107,13 +119,13 @@ pub fn welch(a: &[f64], b: &[f64], level: f64) -> Interval {
     let delta = mb - ma;
     let se = (sa + sb).sqrt();
     if se == 0.0 {
-        return Interval { low: delta, high: delta };
+        return None;
     }
     // Welch-Satterthwaite degrees of freedom.
     let df = (sa + sb).powi(2) / (sa.powi(2) / (na - 1.0) + sb.powi(2) / (nb - 1.0));
     let t = StudentsT::new(0.0, 1.0, df)
         .map_or(f64::INFINITY, |t| t.inverse_cdf(1.0 - (1.0 - level) / 2.0));
-    Interval { low: delta - t * se, high: delta + t * se }
+    Some(Interval { low: delta - t * se, high: delta + t * se })
 }
 
 /// More than [`FEW_RUNS_FACTOR`] times larger or smaller (from or to 0 counts as beyond).
@@ -145,7 +157,7 @@ mod tests {
     #[test]
     fn welch_matches_the_textbook() {
         // Equal spreads, 3 runs a side: df = 4, t(0.975, 4) = 2.776445.
-        let i = welch(&[10.0, 12.0, 14.0], &[20.0, 22.0, 24.0], 0.95);
+        let i = welch(&[10.0, 12.0, 14.0], &[20.0, 22.0, 24.0], 0.95).unwrap();
         let se = (4.0f64 / 3.0 + 4.0 / 3.0).sqrt();
         assert!(close(i.low, 10.0 - 2.776445 * se, 1e-4), "{i:?}");
         assert!(close(i.high, 10.0 + 2.776445 * se, 1e-4), "{i:?}");
@@ -153,23 +165,24 @@ mod tests {
         // t(0.975, 6) = 2.446912 and t(0.975, 5) = 2.570582.
         let a = [1.0, 2.0, 3.0, 4.0, 5.0];
         let b = [6.0, 9.0, 12.0, 15.0, 18.0, 21.0];
-        let i = welch(&a, &b, 0.95);
+        let i = welch(&a, &b, 0.95).unwrap();
         let (sa, sb) = (2.5 / 5.0, 31.5 / 6.0);
         let df = (sa + sb) * (sa + sb) / (sa * sa / 4.0 + sb * sb / 5.0);
         assert!(close(df, 5.9305, 1e-4), "df {df}");
         let t = (i.high - 10.5) / (sa + sb).sqrt();
         assert!(close(i.low, 10.5 - t * (sa + sb).sqrt(), 1e-9), "{i:?}");
         assert!(t > 2.446912 && t < 2.470, "t {t}");
-        // Runs that agree exactly: the change is exact.
-        assert_eq!(welch(&[5.0; 3], &[7.0; 3], 0.95), Interval { low: 2.0, high: 2.0 });
+        // Runs that agree exactly: no spread, no interval.
+        assert_eq!(welch(&[5.0; 3], &[7.0; 3], 0.95), None);
+        assert!(welch(&[5.0; 3], &[7.0, 7.0, 7.5], 0.95).is_some());
     }
 
     #[test]
     fn rows_together_hold_at_95_percent() {
         assert!(close(row_level(1), 0.95, 1e-12));
         assert!(close(row_level(5), 0.99, 1e-12));
-        let one = welch(&[10.0, 12.0, 14.0], &[20.0, 22.0, 24.0], row_level(1));
-        let five = welch(&[10.0, 12.0, 14.0], &[20.0, 22.0, 24.0], row_level(5));
+        let one = welch(&[10.0, 12.0, 14.0], &[20.0, 22.0, 24.0], row_level(1)).unwrap();
+        let five = welch(&[10.0, 12.0, 14.0], &[20.0, 22.0, 24.0], row_level(5)).unwrap();
         assert!(five.low < one.low && five.high > one.high, "{one:?} {five:?}");
     }
 
@@ -192,6 +205,21 @@ mod tests {
         assert_eq!(beyond.beyond_noise, Some(true));
         assert!(close(beyond.relative.unwrap(), 0.2, 1e-12));
         assert!(Change::of(&[], &[1.0], level, Figure::Steady, 1.0).is_none());
+    }
+
+    #[test]
+    fn runs_that_do_not_vary_claim_no_interval() {
+        let level = row_level(1);
+        // Identical figures a side (3 copies of one run each): +4 ns is not beyond noise.
+        let moved = Change::of(&[100.0; 3], &[104.0; 3], level, Figure::Steady, 100.0).unwrap();
+        assert_eq!((moved.interval, moved.no_spread, moved.beyond_noise), (None, true, None));
+        assert!(!moved.is_beyond_noise());
+        let still = Change::of(&[0.0; 3], &[0.0; 4], level, Figure::Steady, 100.0).unwrap();
+        assert_eq!((still.no_spread, still.beyond_noise), (true, Some(false)));
+        // One side spreads: the interval is that side's.
+        let spread = Change::of(&[100.0; 3], &[150.0, 151.0, 152.0], level, Figure::Steady, 1.0);
+        let spread = spread.unwrap();
+        assert!(!spread.no_spread && spread.is_beyond_noise(), "{spread:?}");
     }
 
     #[test]

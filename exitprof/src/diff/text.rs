@@ -42,6 +42,9 @@ pub fn render(doc: &DiffDocument) -> String {
             out.push('\n');
         }
     }
+    for warning in &doc.warnings {
+        let _ = writeln!(out, "\nwarning: {warning}");
+    }
     let _ = writeln!(out, "\nverdict: {}", doc.verdict);
     out
 }
@@ -58,11 +61,15 @@ pub fn describe_side(side: &SideDoc) -> String {
         _ => String::new(),
     };
     let partial = if side.partial { "; some cut short" } else { "" };
+    let lost: u64 = side.lost.iter().sum();
+    let full: u64 = side.lost_ringbuf_full.iter().sum();
+    let full = if full > 0 { format!(", {full} to a full ring buffer") } else { String::new() };
     format!(
-        "{runs}: kernel {}, attach {}, {}, {exits}{partial}",
+        "{runs}: kernel {}, attach {}, {}, {exits}; {lost} lost ({:.1}%{full}){partial}",
         side.kernels.join(" / "),
         side.attach.join(" / "),
-        side.workloads.join(" / ")
+        side.workloads.join(" / "),
+        side.loss_rate * 100.0
     )
 }
 

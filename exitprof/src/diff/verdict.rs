@@ -2,13 +2,22 @@
 //! run-to-run noise, and where the change is.
 
 use super::{
-    document::{DiffDocument, NoiseDoc, RowDoc},
+    document::{DiffDocument, MovedCode, NoiseDoc, RowDoc, named_rows},
     noise::Change,
 };
-use crate::report::{fmt_ns, signed};
+use crate::{
+    analysis::on_cpu::describe_chain,
+    report::{fmt_ns, signed},
+};
 
 /// Rows named in the verdict, largest change first.
-const ROWS_NAMED: usize = 3;
+pub const ROWS_NAMED: usize = 3;
+/// Frames of a chain the verdict names, innermost first (as a run's verdict does).
+const CHAIN_SHOWN: usize = 6;
+/// Functions of what a row covers the verdict names.
+const COVERS_SHOWN: usize = 4;
+/// A part of a row's change (on or off a CPU) worth naming the code of.
+const WORTH_NAMING: f64 = 0.25;
 
 pub fn verdict(doc: &DiffDocument) -> String {
     let exit = &doc.rows[0].ns_per_exit;
@@ -20,9 +29,8 @@ pub fn verdict(doc: &DiffDocument) -> String {
         percent(exit),
         judgement(exit, &doc.noise)
     );
-    let mut moved: Vec<&RowDoc> =
-        doc.rows[1..].iter().filter(|r| r.ns_per_exit.is_beyond_noise()).collect();
-    moved.sort_by(|x, y| y.ns_per_exit.delta.abs().total_cmp(&x.ns_per_exit.delta.abs()));
+    let moved = named_rows(&doc.rows);
+    let beyond = doc.rows[1..].iter().filter(|r| r.ns_per_exit.is_beyond_noise()).count();
     if moved.is_empty() {
         if doc.rows.len() > 1 {
             text.push_str(" No stage's time per exit changes beyond noise.");
@@ -30,7 +38,6 @@ pub fn verdict(doc: &DiffDocument) -> String {
     } else {
         let named: Vec<String> = moved
             .iter()
-            .take(ROWS_NAMED)
             .map(|r| {
                 let share = match r.share_of_change {
                     Some(share) if exit.is_beyond_noise() => {
@@ -46,9 +53,12 @@ pub fn verdict(doc: &DiffDocument) -> String {
                 )
             })
             .collect();
-        let more = moved.len().saturating_sub(ROWS_NAMED);
+        let more = beyond.saturating_sub(ROWS_NAMED);
         let more = if more > 0 { format!(" and {more} more") } else { String::new() };
         text.push_str(&format!(" Beyond noise, per exit: {}{more}.", named.join("; ")));
+        if let (Some(top), Some(code)) = (moved.first(), doc.moved_code.first()) {
+            text.push_str(&where_it_moved(top, code));
+        }
     }
     if !doc.same_cut {
         text.push_str(&format!(" {}", cut_note(doc)));
@@ -56,7 +66,52 @@ pub fn verdict(doc: &DiffDocument) -> String {
     if doc.a.partial || doc.b.partial {
         text.push_str(" Some runs were cut short: their figures cover what ran until then.");
     }
+    if !doc.warnings.is_empty() {
+        text.push_str(" The sides' losses make this comparison less than fair (see the warnings).");
+    }
     text
+}
+
+/// The code of the row that moved most: what it covers, and where its change on a CPU and
+/// off it went (each where it is a fair part of the row's change).
+fn where_it_moved(row: &RowDoc, code: &MovedCode) -> String {
+    let mut text = String::new();
+    // A stage of one function names its code already.
+    if code.covers.len() > 1 || code.covers.first().is_some_and(|c| *c != row.group.name) {
+        let more = code.covers.len().saturating_sub(COVERS_SHOWN);
+        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        let shown: Vec<&str> = code.covers.iter().take(COVERS_SHOWN).map(String::as_str).collect();
+        text.push_str(&format!(" {} covers {}{more}", row.group.name, shown.join(", ")));
+    }
+    let delta = row.ns_per_exit.delta;
+    let worth = |part: f64| delta != 0.0 && part / delta >= WORTH_NAMING;
+    let mut parts = Vec::new();
+    if let Some(chain) = &code.on_cpu
+        && worth(row.on_cpu_ns_per_exit.delta)
+    {
+        parts.push(format!(
+            "on a CPU {} per exit, mostly in {} ({:.0}% of that)",
+            signed(row.on_cpu_ns_per_exit.delta),
+            describe_chain(&chain.frames, CHAIN_SHOWN),
+            chain.share * 100.0
+        ));
+    }
+    if let Some(stack) = &code.blocked
+        && worth(row.off_cpu_ns_per_exit.delta)
+    {
+        parts.push(format!(
+            "off a CPU {} per exit, blocked most in {} ({})",
+            signed(row.off_cpu_ns_per_exit.delta),
+            describe_chain(&stack.frames, CHAIN_SHOWN),
+            signed(stack.delta_ns_per_exit)
+        ));
+    }
+    match (text.is_empty(), parts.is_empty()) {
+        (true, true) => String::new(),
+        (false, true) => format!("{text}."),
+        (true, false) => format!(" Its time moved {}.", parts.join("; ")),
+        (false, false) => format!("{text}; its time moved {}.", parts.join("; ")),
+    }
 }
 
 /// ` (+12%)`, or nothing when A's figure is 0.
@@ -71,6 +126,11 @@ pub fn judgement(c: &Change, noise: &NoiseDoc) -> String {
         (a, b) if a == b => format!("{a} runs a side"),
         (a, b) => format!("{a} runs of A and {b} of B"),
     };
+    if c.no_spread && c.delta != 0.0 {
+        return format!(
+            "this cannot be judged: the {runs} do not differ at all in this figure, so they say              nothing of how far runs of one workload differ (no interval)"
+        );
+    }
     match (c.interval, c.beyond_noise) {
         (Some(i), Some(true)) => format!(
             "beyond run-to-run noise (interval {} to {} over {runs})",
