@@ -753,7 +753,7 @@ impl DiffArgs {
         let exports = export::targets(&self.exports, None).map_err(usage)?;
         if let Some(t) = exports.iter().find(|t| !diff::EXPORT_FORMATS.contains(&t.format)) {
             return Err(usage(format!(
-                "--export {}: a diff is written as .json or .svg, not .{}",
+                "--export {}: a diff is written as .json, .svg or .flame.svg, not .{}",
                 t.path.display(),
                 t.format
             )));

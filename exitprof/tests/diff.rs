@@ -202,6 +202,141 @@ fn a_larger_teardown_is_found_in_the_stage_that_covers_exit_mm() {
         verdict.contains("no interval") && verdict.contains(biggest["name"].as_str().unwrap()),
         "{verdict}"
     );
+    // The verdict names the code, not only the stage: where the teardown computes.
+    assert!(
+        ["exit_mmap", "unmap_page_range", "unmap_vmas"].iter().any(|f| verdict.contains(f)),
+        "the verdict does not name the teardown's code: {verdict}\n{}",
+        doc["moved_code"]
+    );
+    // The differential flame graph draws what grew red, and most of it under the teardown.
+    let flame = dir.path().join("mm.flame.svg");
+    let out = exitprof()
+        .args(["diff", "--export"])
+        .arg(&flame)
+        .args([dir.path().join("mm64.json"), dir.path().join("mm512.json")])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "diff --export: {}", String::from_utf8_lossy(&out.stderr));
+    let frames = flame_frames(&std::fs::read_to_string(&flame).unwrap());
+    let grown: Vec<&FlameFrame> = frames.iter().filter(|f| f.grown()).collect();
+    let teardown = ["exit_mmap", "unmap_page_range", "unmap_vmas", "exit_mm", "__mmput", "mmput"];
+    let under_teardown = |f: &FlameFrame| {
+        teardown.contains(&f.name.as_str())
+            || frames.iter().any(|a| teardown.contains(&a.name.as_str()) && a.holds(f))
+    };
+    let width = |fs: &mut dyn Iterator<Item = &&FlameFrame>| fs.map(|f| f.width).sum::<u64>();
+    let (all, there) =
+        (width(&mut grown.iter()), width(&mut grown.iter().filter(|f| under_teardown(f))));
+    eprintln!("grown frames: {all} ns per exit wide, {there} of it under the teardown");
+    assert!(all > 0 && there * 2 > all, "grown frames: {grown:#?}");
+}
+
+/// A frame of an inferno flame graph, as drawn.
+#[derive(Debug)]
+struct FlameFrame {
+    name: String,
+    /// Its place and width in the graph's unit, and its row (roots at the bottom, the largest y).
+    x: u64,
+    width: u64,
+    y: u64,
+    /// Its fill's red, green and blue.
+    fill: (u8, u8, u8),
+}
+
+impl FlameFrame {
+    /// Drawn red: more time in B (a differential graph's white is rgb(250,250,250)).
+    fn grown(&self) -> bool {
+        self.fill.0 == 255 && self.fill.1 < 250
+    }
+
+    /// Whether `other` is drawn above this frame, within it: called from it.
+    fn holds(&self, other: &FlameFrame) -> bool {
+        self.y > other.y && self.x <= other.x && other.x + other.width <= self.x + self.width
+    }
+}
+
+/// The frames of an inferno flame graph: `<title>NAME (...)</title><rect ... y="Y" ...
+/// fill="rgb(R,G,B)" fg:x="X" fg:w="W"/>`.
+fn flame_frames(svg: &str) -> Vec<FlameFrame> {
+    let frame = regex::Regex::new(
+        r#"<title>([^<]*?) \([^<]*</title><rect x="[^"]*" y="(\d+)" width="[^"]*" height="\d+" fill="rgb\((\d+),(\d+),(\d+)\)" fg:x="(\d+)" fg:w="(\d+)""#,
+    )
+    .unwrap();
+    let frames: Vec<FlameFrame> = frame
+        .captures_iter(svg)
+        .map(|c| {
+            let n = |i: usize| c[i].parse::<u64>().unwrap();
+            FlameFrame {
+                name: c[1].to_owned(),
+                y: n(2),
+                fill: (n(3) as u8, n(4) as u8, n(5) as u8),
+                x: n(6),
+                width: n(7),
+            }
+        })
+        .collect();
+    assert!(!frames.is_empty(), "no frames in the flame graph:\n{svg}");
+    frames
+}
+
+/// The same run given twice is refused, on one side or across them, under any name: copies
+/// agree exactly and would pass for runs without noise.
+#[test]
+fn a_run_given_twice_is_refused() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let one = save_run(dir.path(), "one", &["--threads", "20", "--reps", "1"]);
+    let two = save_run(dir.path(), "two", &["--threads", "20", "--reps", "1"]);
+    let copy = dir.path().join("copy.json");
+    std::fs::copy(&one, &copy).unwrap();
+    for args in [vec![&one, &one], vec![&one, &copy], vec![&one, &two, &copy, &two]] {
+        let mut command = exitprof();
+        command.arg("diff");
+        match args.as_slice() {
+            [a, b] => command.args([a, b]),
+            sides => command.args(&sides[..2]).arg("--").args(&sides[2..]),
+        };
+        let out = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "diff {args:?}: {stderr}");
+        assert!(stderr.contains("hold the same run"), "{stderr}");
+        assert!(out.stdout.is_empty(), "diff {args:?} printed a report");
+    }
+}
+
+/// A side that lost many of its exits to a full ring buffer (a burst of thread exits into the
+/// smallest buffer) says so, in the text and the JSON, and is not compared as an equal.
+#[test]
+fn a_side_that_lost_exits_is_shown_with_its_losses() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let storm = ["--threads", "300", "--reps", "1", "--stagger-us", "0"];
+    let whole = save_run(dir.path(), "whole", &storm);
+    let lossy = (0..5)
+        .map(|i| {
+            let mut args = vec!["--ringbuf-bytes", "4096"];
+            args.extend(storm);
+            save_run(dir.path(), &format!("lossy{i}"), &args)
+        })
+        .find(|path| {
+            let doc: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+            num(&doc["losses"], "ringbuf_full") > 0.1 * num(&doc, "exits_recorded")
+        })
+        .expect("a burst of 300 thread exits into a 4 KiB ring buffer loses some of them");
+    let doc = diff(&[whole.clone()], &[lossy.clone()]);
+    let b = &doc["b"];
+    let (lost, rate) = (b["lost"][0].as_u64().unwrap(), num(b, "loss_rate"));
+    assert!(lost > 0 && rate > 0.02, "side B: {b}");
+    assert_eq!(b["lost_ringbuf_full"][0].as_u64().unwrap() > 0, true, "{b}");
+    let warnings = doc["warnings"].as_array().unwrap();
+    assert!(
+        warnings.iter().any(|w| w.as_str().unwrap().starts_with("B lost"))
+            && warnings.iter().any(|w| w.as_str().unwrap().contains("full ring buffer")),
+        "{warnings:?}"
+    );
+    let out = exitprof().args(["diff"]).args([&whole, &lossy]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("{lost} lost (")) && text.contains("warning: B lost"), "{text}");
 }
 
 /// The row of `doc` whose stage covers the kernel function `function`.

@@ -34,6 +34,11 @@ pub struct DiffDocument {
     /// Blocked-in and on-CPU stacks whose time per exit changed most, by row.
     pub blocked_in: Vec<StackChange>,
     pub on_cpu_in: Vec<StackChange>,
+    /// Every stack of each kind, for the differential flame graph.
+    #[serde(skip)]
+    pub every_on_cpu: Vec<StackChange>,
+    #[serde(skip)]
+    pub every_blocked: Vec<StackChange>,
     /// The code whose time moved, for each row the verdict names (largest change first).
     pub moved_code: Vec<MovedCode>,
     /// Some row's time per exit changed beyond run-to-run noise.
@@ -121,7 +126,7 @@ pub struct RowDoc {
 
 /// A kernel stack's time per exit on both sides (means over each side's runs; a run that does
 /// not list it counts as none, so stacks near the end of a run's list are uncertain).
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct StackChange {
     pub row: String,
     /// Innermost frame first.
@@ -196,18 +201,17 @@ impl DiffDocument {
             .collect();
         let (a, b) = (SideDoc::new(a), SideDoc::new(b));
         let warnings = loss_warnings(&a, &b);
-        let shown = |mut changes: Vec<StackChange>| {
-            changes.truncate(STACKS_SHOWN);
-            changes
-        };
+        let shown = |changes: &[StackChange]| changes[..changes.len().min(STACKS_SHOWN)].to_vec();
         let mut doc = Self {
             a,
             b,
             noise,
             same_cut,
             rows,
-            blocked_in: shown(blocked_in),
-            on_cpu_in: shown(on_cpu_in),
+            blocked_in: shown(&blocked_in),
+            on_cpu_in: shown(&on_cpu_in),
+            every_on_cpu: on_cpu_in,
+            every_blocked: blocked_in,
             moved_code,
             changed,
             warnings,

@@ -7,6 +7,7 @@
 //! what it found), nor load, attach or read the eBPF object.
 
 mod document;
+mod flame;
 mod input;
 mod matching;
 mod noise;
@@ -33,8 +34,8 @@ pub struct DiffRequest {
     pub exports: Vec<ExportTarget>,
 }
 
-/// The export formats of a diff: its document and its figure.
-pub const EXPORT_FORMATS: [Format; 2] = [Format::Json, Format::Svg];
+/// The export formats of a diff: its document, its figure and its differential flame graph.
+pub const EXPORT_FORMATS: [Format; 3] = [Format::Json, Format::Svg, Format::FlameSvg];
 
 /// A finished diff: the report to print and the exports to write.
 pub struct DiffReport {
@@ -59,14 +60,16 @@ pub fn diff(request: &DiffRequest) -> anyhow::Result<DiffReport> {
         .exports
         .iter()
         .map(|target| {
-            let bytes = match target.format {
-                Format::Svg => svg::encode(&doc).map_err(|source| export::ExportError::Encode {
-                    path: target.path.clone(),
-                    format: target.format,
-                    source,
-                })?,
-                _ => document.clone().into_bytes(),
+            let encoded = match target.format {
+                Format::Svg => svg::encode(&doc),
+                Format::FlameSvg => flame::encode(&doc),
+                _ => Ok(document.clone().into_bytes()),
             };
+            let bytes = encoded.map_err(|source| export::ExportError::Encode {
+                path: target.path.clone(),
+                format: target.format,
+                source,
+            })?;
             Ok((target.clone(), bytes))
         })
         .collect::<anyhow::Result<_>>()?;

@@ -41,9 +41,18 @@ pub fn encode_svg(set: &ExportSet) -> Result<Vec<u8>, EncodeError> {
         set.kernel
     ));
     UNIT.clone_into(&mut options.count_name);
+    draw(&mut options, &lines)
+}
+
+/// Draws folded lines (with one weight, or two for a differential flame graph) as inferno's
+/// flame graph; nothing to draw is inferno's picture that says so, not a failed export.
+pub(crate) fn draw(
+    options: &mut inferno::flamegraph::Options<'_>,
+    lines: &[String],
+) -> Result<Vec<u8>, EncodeError> {
     let mut svg = Vec::new();
     let drawn =
-        inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut svg);
+        inferno::flamegraph::from_lines(options, lines.iter().map(String::as_str), &mut svg);
     match drawn {
         Ok(()) => Ok(svg),
         // inferno has drawn its "no valid input" picture.
@@ -62,21 +71,27 @@ fn lines(stacks: &[WeightedStack]) -> Vec<String> {
             if !variant.is_empty() {
                 let _ = write!(line, "{};", frame(&variant));
             }
-            let root = match s.kind {
-                StackKind::OnCpu => "on-cpu",
-                StackKind::OffCpu => "off-cpu",
-            };
-            let _ = write!(line, "{root};{}", frame(&s.stage));
-            if let Some(gap) = unwound_short(&s.frames) {
-                let _ = write!(line, ";{gap}");
-            }
-            for f in s.frames.iter().rev() {
-                let _ = write!(line, ";{}", frame(f));
-            }
-            let _ = write!(line, " {}", s.us);
+            let _ = write!(line, "{} {}", folded_stack(s.kind, &s.stage, &s.frames), s.us);
             line
         })
         .collect()
+}
+
+/// A stack as the frames of a folded line, without its weight: `root;stage;do_exit;...;
+/// innermost`, or with the frame that stands for what was not unwound down to `do_exit`.
+pub(crate) fn folded_stack(kind: StackKind, stage: &str, frames: &[String]) -> String {
+    let root = match kind {
+        StackKind::OnCpu => "on-cpu",
+        StackKind::OffCpu => "off-cpu",
+    };
+    let mut line = format!("{root};{}", frame(stage));
+    if let Some(gap) = unwound_short(frames) {
+        let _ = write!(line, ";{gap}");
+    }
+    for f in frames.iter().rev() {
+        let _ = write!(line, ";{}", frame(f));
+    }
+    line
 }
 
 /// The frame that stands for the rest of a stack the kernel did not unwind down to do_exit

@@ -14,7 +14,7 @@
 //! import it.
 
 mod csv;
-mod folded;
+pub(crate) mod folded;
 mod from_compare;
 mod from_run;
 mod hlog;
