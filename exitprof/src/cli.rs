@@ -24,7 +24,10 @@ use crate::{
     profiled::{ForkParams, Storm, Target, ThreadsParams, workload::Driver},
     run::{
         RunRequest,
-        record::view::{Shown, View},
+        record::{
+            ExitsShown,
+            view::{Shown, View},
+        },
     },
     serve::{self, ServeRequest},
 };
@@ -217,6 +220,13 @@ pub struct RunArgs {
     pub bpf_stats: bool,
     #[command(flatten)]
     pub groups: GroupArgs,
+    /// Print each exit that takes at least TIME (e.g. 50ms, 1.5s, 200us) as it ends: when,
+    /// who, its cgroup, the whole exit, its stages that matter, on and off the CPU, where it
+    /// blocked or computed; one JSON line each with --json (the run's document last, on one
+    /// line). Exits under TIME cost nothing more. `record` keeps every exit: `report --slowest`
+    /// and `report --exit` show them again.
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub slower_than: Option<Duration>,
 }
 
 /// How exits are split by workload.
@@ -284,6 +294,17 @@ pub struct ReportArgs {
     /// as without it.
     #[arg(long, value_name = "STAGE")]
     pub stage: Option<String>,
+    /// The N exits that took longest, longest first, each as `--slower-than` printed it as it
+    /// ended: who, how long, on and off the CPU, where it blocked or computed.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..),
+          conflicts_with_all = ["stage", "by_kind", "pid", "comm"])]
+    pub slowest: Option<u32>,
+    /// The exit of thread PID (or those of the threads of process PID), as exitprof's PID
+    /// namespace saw it, with its whole timeline: every stage, every block with its stack and
+    /// length, every on-CPU sample.
+    #[arg(long = "exit", value_name = "PID", value_parser = clap::value_parser!(u32).range(1..),
+          conflicts_with_all = ["stage", "by_kind", "pid", "comm", "slowest"])]
+    pub exit_of: Option<u32>,
 }
 
 /// Whose exits are profiled: exactly one of these (the threads storm when none is given).
@@ -669,6 +690,7 @@ impl RunArgs {
             bpf_stats: self.bpf_stats,
             record: None,
             groups: self.groups.options(None),
+            slower_than: self.slower_than,
         }
     }
 }
@@ -690,10 +712,12 @@ impl ReportArgs {
     /// The view asked for.
     pub fn view(&self) -> View {
         let comm = self.comm.as_deref().map(TaskName::of);
-        let shown = match (&self.stage, self.by_kind) {
-            (Some(stage), _) => Shown::Stage(stage.clone()),
-            (None, true) => Shown::ByKind,
-            (None, false) => Shown::Report,
+        let shown = match (&self.stage, self.by_kind, self.slowest, self.exit_of) {
+            (Some(stage), _, _, _) => Shown::Stage(stage.clone()),
+            (None, true, _, _) => Shown::ByKind,
+            (None, false, Some(n), _) => Shown::Exits(ExitsShown::Slowest(n as usize)),
+            (None, false, None, Some(pid)) => Shown::Exits(ExitsShown::Of(pid)),
+            (None, false, None, None) => Shown::Report,
         };
         View { pid: self.pid, comm, shown }
     }
@@ -855,15 +879,23 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|e| format!("{e}"))
 }
 
-/// A time with its unit (`ms`, `s`, `m`, `h`), or a number of seconds.
+/// A time with its unit (`ns`, `us`, `ms`, `s`, `m`, `h`), or a number of seconds.
 fn parse_time(s: &str) -> Result<Duration, String> {
-    let units = [("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)];
+    let units = [
+        ("ns", 1e-9),
+        ("us", 1e-6),
+        ("µs", 1e-6),
+        ("ms", 0.001),
+        ("s", 1.0),
+        ("m", 60.0),
+        ("h", 3600.0),
+    ];
     let (number, unit_s) = units
         .iter()
         .find_map(|&(unit, unit_s)| s.strip_suffix(unit).map(|n| (n, unit_s)))
         .unwrap_or((s, 1.0));
     let n: f64 = number.parse().map_err(|_| {
-        format!("{s} is not a time: seconds, or a number with its unit (90s, 10m, 1h)")
+        format!("{s} is not a time: seconds, or a number with its unit (50ms, 90s, 10m, 1h)")
     })?;
     let secs = n * unit_s;
     if !(secs > 0.0 && secs.is_finite()) {
@@ -1224,7 +1256,7 @@ mod tests {
             (&["a1", "a2", "a3"][..], "two sides"),
             (&["a"], "two sides"),
             (&["a1", "--", "b1", "--json"], "options go before `--`"),
-            (&["--export", "d.csv", "a", "b"], ".json or .svg"),
+            (&["--export", "d.csv", "a", "b"], ".json, .svg or .flame.svg"),
         ] {
             let err = diff(args).err().unwrap_or_else(|| panic!("{args:?} accepted"));
             assert_eq!(err.exit_code(), 2, "{args:?}");

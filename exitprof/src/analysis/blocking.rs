@@ -150,7 +150,7 @@ impl BlockedReport {
 /// A block's frames, innermost first, the scheduler left out, cut at `do_exit`. A block whose
 /// innermost frame is `do_exit` itself waited in code inlined there: the stage's inlined code
 /// that can wait (`waits_inline`, from the exit path of the kernel) names it.
-fn blocked_frames(stack: &[u64], symbols: &Kallsyms, waits_inline: &[String]) -> Vec<String> {
+pub fn blocked_frames(stack: &[u64], symbols: &Kallsyms, waits_inline: &[String]) -> Vec<String> {
     let mut frames = exit_frames(stack, symbols, SCHEDULER_FRAMES);
     if frames.first().map(String::as_str) == Some(EXIT_FRAME) && !waits_inline.is_empty() {
         frames.insert(0, format!("{} (inlined)", waits_inline.join(" or ")));
@@ -265,12 +265,12 @@ mod tests {
         }
         let e = exit(1, 50_000_000, 1_000_000);
         blocking.exit(&e);
-        stacks.exit(&e, &profile.add(&e));
+        stacks.exit(&e, &profile.add(&e), false);
         // Exit 2 blocks 2 ms in its second stage, walked once (for 2 ms).
         let e = Exit { pid: 2, tgid: 2, ..exit(2, 0, 2_000_000) };
         stacks.record(&block(2, 2, 2_000_000, rwsem.clone()));
         blocking.exit(&e);
-        stacks.exit(&e, &profile.add(&e));
+        stacks.exit(&e, &profile.add(&e), false);
         stacks.finish();
         let report = BlockedReport::of(blocking, &stacks, &profile, &symbols);
         assert_eq!(report.blocked_ns, 53_000_000);

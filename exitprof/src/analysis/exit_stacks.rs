@@ -101,14 +101,30 @@ impl ExitStacks {
     }
 
     /// An exit, with the spans the profile cut it into: the stacks that wait for it join it,
-    /// and it is remembered for those read later.
-    pub fn exit(&mut self, exit: &Exit, spans: &[Span]) {
-        let Some(key) = exit.key() else { return };
+    /// and it is remembered for those read later. With `keep`, the stacks that joined it are
+    /// returned too, as they came (an exit looked at on its own).
+    pub fn exit(&mut self, exit: &Exit, spans: &[Span], keep: bool) -> Vec<KernelStack> {
+        let Some(key) = exit.key() else { return Vec::new() };
         // Stage indices are few (one per distinct name): u16 keeps the remembered exits small.
         let stages: Box<[u16]> =
             spans.iter().map(|s| u16::try_from(s.stage).unwrap_or(u16::MAX)).collect();
         let waiting = self.waiting.remove(&key).unwrap_or_default();
         self.n_waiting -= waiting.len();
+        let kept = if keep {
+            waiting
+                .iter()
+                .map(|w| KernelStack {
+                    kind: w.kind,
+                    exit: key,
+                    n_hits: w.n_hits,
+                    ts_ns: w.ts_ns,
+                    ns: w.ns,
+                    stack: self.stacks[w.stack as usize].clone(),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         for w in waiting {
             let stage = place(&stages, w.n_hits);
             self.tally(stage, w);
@@ -120,6 +136,7 @@ impl ExitStacks {
         }
         self.recent.insert(key, stages);
         self.recent_order.push_back(key);
+        kept
     }
 
     fn counts(&mut self, kind: StackKind) -> &mut JoinCounts {
@@ -236,7 +253,7 @@ mod tests {
         s.record(&stack(StackKind::Blocked, 7, 100, 1, 5_000));
         s.record(&stack(StackKind::OnCpu, 7, 100, 2, 0));
         let (e, spans) = exit(7, 100, 3);
-        s.exit(&e, &spans);
+        s.exit(&e, &spans, false);
         s.record(&stack(StackKind::Blocked, 7, 100, 1, 7_000));
         s.record(&stack(StackKind::Blocked, 7, 100, 9, 1));
         s.record(&stack(StackKind::Blocked, 8, 100, 1, 1));

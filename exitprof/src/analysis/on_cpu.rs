@@ -34,7 +34,7 @@ const CALLERS_OF_EXIT: &[&str] = &[
 ];
 /// Frames of the sampling itself (the timer interrupt, perf and the eBPF program) that can sit
 /// innermost, above the code that was interrupted; `?` is code kallsyms does not name.
-const SAMPLING_FRAMES: &[&str] = &[
+pub const SAMPLING_FRAMES: &[&str] = &[
     "?",
     "bpf_",
     "__bpf_",
@@ -313,7 +313,7 @@ ffffffff81000f00 T filp_close
     /// Folds the exit into the profile and its samples into `on_cpu`, as the session does.
     fn fold(profile: &mut Profile, on_cpu: &mut ExitStacks, exit: &Exit) {
         let spans = profile.add(exit);
-        on_cpu.exit(exit, &spans);
+        on_cpu.exit(exit, &spans, false);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use crate::{
         blocking::Blocking,
         deferred::DeferredWork,
         exit_stacks::ExitStacks,
+        kept_exits::{KeptExits, Pick},
         probe_effect::ProbeRuns,
         profile::Profile,
         records::{Exit, decode_deferred, decode_stack},
@@ -34,6 +35,8 @@ pub struct Session {
     pub stray: u64,
     /// The exits by workload, where they are grouped.
     pub groups: Option<Groups>,
+    /// Exits kept whole, one by one (`--slower-than`, a report of one exit).
+    pub kept: Option<KeptExits>,
 }
 
 /// Records that could not be decoded, by ring buffer: an exit record's is a lost exit, the
@@ -61,7 +64,13 @@ impl Session {
             undecodable: Undecodable::default(),
             stray: 0,
             groups: groups.map(Groups::new),
+            kept: None,
         }
+    }
+
+    /// Keeps the exits `pick` chooses whole, each with its stacks.
+    pub fn keep_exits(&mut self, pick: Pick) {
+        self.kept = Some(KeptExits::new(pick));
     }
 
     /// The records that follow are of run `epoch` (a compare folds several runs into one
@@ -80,12 +89,16 @@ impl Session {
             Ok(exit) => {
                 log::trace!("exit of {}/{}: {:?}", exit.tgid, exit.pid, exit.hits);
                 let spans = self.profile.add(&exit);
-                self.stacks.exit(&exit, &spans);
+                let keep = self.kept.as_ref().is_some_and(|k| k.picks(&exit));
+                let stacks = self.stacks.exit(&exit, &spans, keep);
                 self.probe_runs.exit(&exit, &spans);
                 self.deferred.exit(&exit);
                 self.blocking.exit(&exit);
                 if let Some(groups) = &mut self.groups {
                     groups.add(&exit, &self.profile, &spans);
+                }
+                if keep && let Some(kept) = &mut self.kept {
+                    kept.keep(exit, spans, stacks);
                 }
             }
             Err(e) => {
@@ -98,7 +111,12 @@ impl Session {
     /// One kernel stack of an exit: an on-CPU sample, or where it blocked.
     pub fn stack_record(&mut self, bytes: &[u8]) {
         match decode_stack(bytes) {
-            Some(stack) => self.stacks.record(&stack),
+            Some(stack) => {
+                self.stacks.record(&stack);
+                if let Some(kept) = &mut self.kept {
+                    kept.stack(&stack);
+                }
+            }
             None => {
                 self.undecodable.stacks += 1;
                 log::warn!("undecodable kernel stack record of {} bytes", bytes.len());

@@ -14,16 +14,21 @@ use crate::{
     report::{progress::ProgressLine, record_views, run_document::RunDocument, terminal},
     run::{
         self, RunOutcome, RunRequest,
-        record::view::{Shown, View},
+        record::{
+            self, ExitsShown,
+            view::{Shown, View},
+        },
     },
 };
 
 /// A plain run (or `exitprof record`), with a progress line unless the report is JSON.
 pub fn run(request: &RunRequest, exports: &[ExportTarget]) -> anyhow::Result<()> {
     check_exports(exports)?;
-    let mut progress = ProgressLine::new(!request.json);
+    let mut progress = ProgressLine::new(!request.json, request.json);
     let outcome = runtime()?.block_on(run::run(request, &mut progress))?;
-    present(&outcome, request.json, exports, outcome.interrupted, None)?;
+    // Slow exits printed as JSON lines: the document is one line more.
+    let one_line = request.json && request.slower_than.is_some();
+    present(&outcome, request.json, exports, outcome.interrupted, None, one_line)?;
     if let Some(failure) = workload_failure(&outcome) {
         anyhow::bail!("{failure}");
     }
@@ -42,7 +47,7 @@ pub fn recorded(
     let outcome = view.replay(file).map_err(|e| UsageError(format!("{}: {e}", file.display())))?;
     let shown = view_text(view, file, &outcome, json)?;
     // Partial or not, the report itself was not cut short: it ends as usual.
-    present(&outcome, json, exports, None, shown)?;
+    present(&outcome, json, exports, None, shown, false)?;
     // As the run said it (not of a workload it killed on a signal).
     if let Some(failure) = workload_failure(&outcome).filter(|_| outcome.interrupted.is_none()) {
         eprintln!("exitprof: in the recorded run, {failure}");
@@ -58,6 +63,7 @@ fn present(
     exports: &[ExportTarget],
     interrupted: Option<i32>,
     shown: Option<String>,
+    one_line: bool,
 ) -> anyhow::Result<()> {
     let doc = RunDocument::new(outcome);
     if doc.lost > 0 {
@@ -76,6 +82,7 @@ fn present(
     let document = serde_json::to_string_pretty(&doc)?;
     let text = match shown {
         Some(view) => view,
+        None if json && one_line => format!("{}\n", serde_json::to_string(&doc)?),
         None if json => format!("{document}\n"),
         None => terminal::render(&doc),
     };
@@ -108,6 +115,19 @@ fn view_text(
             let samples = run.on_cpu.stages.iter().find(|s| s.stage == row.stage.name);
             let detail = StageDetail::of(row, samples, &run.blocked.stacks);
             record_views::stage(run, &detail, json).map(Some)
+        }
+        Shown::Exits(shown) => {
+            let exits = record::replay_exits(file, *shown)
+                .map_err(|e| UsageError(format!("{}: {e}", file.display())))?;
+            if let (ExitsShown::Of(pid), true) = (shown, exits.is_empty()) {
+                return Err(UsageError(format!(
+                    "{}: no exit of pid {pid} was recorded (pids as exitprof's PID namespace saw \
+                     them; `exitprof report --slowest 10` lists exits with their pids)",
+                    file.display()
+                ))
+                .into());
+            }
+            record_views::exits(run, &exits, *shown, json).map(Some)
         }
     }
 }

@@ -8,6 +8,7 @@
 //! programs' costs' data); `run`, `compare` and the folders under them never import it.
 
 pub mod compare_document;
+pub mod exit_timeline;
 pub mod groups;
 pub mod plan_document;
 pub mod progress;

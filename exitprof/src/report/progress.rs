@@ -5,20 +5,35 @@ use std::{io::IsTerminal as _, time::Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::{report::fmt_rate, run::collect::Progress};
+use crate::{
+    analysis::exit_timeline::ExitTimeline,
+    report::{exit_timeline, fmt_rate},
+    run::collect::Progress,
+};
 
 /// What a live run shows while it collects (a run of a compare shows nothing).
 pub struct ProgressLine {
     wanted: bool,
     bar: Option<ProgressBar>,
     last: (Instant, u64),
+    /// Exits shown as they end (`--slower-than`) go out as JSON lines.
+    exits_as_json: bool,
 }
 
 impl ProgressLine {
-    /// A progress line on stderr once the run starts, if stderr is a terminal and `wanted`.
-    pub fn new(wanted: bool) -> Self {
-        Self { wanted, bar: None, last: (Instant::now(), 0) }
+    /// A progress line on stderr once the run starts, if stderr is a terminal and `wanted`;
+    /// exits kept whole are printed on stdout, one JSON line each with `exits_as_json`.
+    pub fn new(wanted: bool, exits_as_json: bool) -> Self {
+        Self { wanted, bar: None, last: (Instant::now(), 0), exits_as_json }
     }
+}
+
+/// A JSON line of an exit shown as it ends.
+#[derive(serde::Serialize)]
+struct ExitLine<'a> {
+    event: &'static str,
+    #[serde(flatten)]
+    exit: &'a ExitTimeline,
 }
 
 impl Progress for ProgressLine {
@@ -60,6 +75,25 @@ impl Progress for ProgressLine {
     fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
+        }
+    }
+
+    /// Prints a slow exit on stdout as it ends, above the progress line.
+    fn exit(&mut self, exit: &ExitTimeline) {
+        let text = if self.exits_as_json {
+            let line = ExitLine { event: "slow_exit", exit };
+            serde_json::to_string(&line).map(|l| format!("{l}\n")).unwrap_or_default()
+        } else {
+            format!("{}\n", exit_timeline::summary(exit))
+        };
+        let print = || {
+            use std::io::Write as _;
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+        };
+        match &self.bar {
+            Some(bar) => bar.suspend(print),
+            None => print(),
         }
     }
 }

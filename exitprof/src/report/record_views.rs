@@ -12,8 +12,9 @@ use super::{
     terminal,
 };
 use crate::{
-    analysis::{on_cpu::describe_chain, stage_detail::StageDetail},
-    run::RunOutcome,
+    analysis::{exit_timeline::ExitTimeline, on_cpu::describe_chain, stage_detail::StageDetail},
+    report::exit_timeline,
+    run::{RunOutcome, record::ExitsShown},
 };
 
 /// Functions and stacks printed in the terminal (the JSON document has them all).
@@ -205,4 +206,45 @@ fn selection(run: &RunOutcome) -> String {
 
 fn share(n: u64, of: u64) -> f64 {
     if of == 0 { 0.0 } else { n as f64 / of as f64 }
+}
+
+/// `--slowest --json`, `--exit --json`: the exits, each with its whole timeline.
+#[derive(Serialize)]
+struct ExitsDoc<'a> {
+    exits_recorded: u64,
+    exits: &'a [ExitTimeline],
+}
+
+/// Exits one by one: the slowest, each in a few lines (as `--slower-than` printed it), or one
+/// exit's whole timeline.
+pub fn exits(
+    run: &RunOutcome,
+    exits: &[ExitTimeline],
+    shown: ExitsShown,
+    json: bool,
+) -> anyhow::Result<String> {
+    if json {
+        let doc = ExitsDoc { exits_recorded: run.profile.exits, exits };
+        return Ok(format!("{}\n", serde_json::to_string_pretty(&doc)?));
+    }
+    let mut out = header(&RunDocument::new(run));
+    match shown {
+        ExitsShown::Slowest(n) => {
+            let _ = writeln!(
+                out,
+                "the {} slowest of {} exits recorded, longest first:\n",
+                n.min(exits.len()),
+                run.profile.exits
+            );
+            for exit in exits {
+                let _ = writeln!(out, "{}", exit_timeline::summary(exit));
+            }
+        }
+        ExitsShown::Of(_) => {
+            for exit in exits {
+                let _ = writeln!(out, "{}", exit_timeline::timeline(exit));
+            }
+        }
+    }
+    Ok(out)
 }

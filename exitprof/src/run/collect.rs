@@ -1,16 +1,22 @@
 //! Collecting a target's records: read as they come until the target ends, then until its last
 //! exits have ended and their deferred work has run.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::{
     record::{Kind, Recorder},
     start::{Attached, Started, Stop},
 };
 use crate::{
-    analysis::{records::cgroup_of, session::Session},
+    analysis::{
+        exit_timeline::{Context, ExitTimeline},
+        kept_exits::KeptExit,
+        records::cgroup_of,
+        session::Session,
+    },
     base::signals::{Signals, signal_name},
     groups::cgroupfs::CgroupTree,
+    kernel::kallsyms::Kallsyms,
     probes::{
         load::Probes,
         maps::{self, RecordStream, RunStart},
@@ -36,6 +42,8 @@ pub trait Progress {
     fn update(&mut self, exits: u64);
     /// Removes what is shown, before a message or the report.
     fn finish(&self);
+    /// Shows an exit kept whole (over `--slower-than`) as it ends.
+    fn exit(&mut self, exit: &ExitTimeline);
 }
 
 /// Nothing shown: the storms of a comparison.
@@ -51,6 +59,8 @@ impl Progress for NoProgress {
     fn update(&mut self, _: u64) {}
 
     fn finish(&self) {}
+
+    fn exit(&mut self, _: &ExitTimeline) {}
 }
 
 /// What collecting a target's records found.
@@ -79,6 +89,7 @@ pub async fn collect_until(
 ) -> anyhow::Result<Collected> {
     let Started { mut stop, killer } = started;
     let begin = Instant::now();
+    let mut kept = KeptShown::new(attached.as_ref().map(|(a, _)| a.symbols.clone()));
     let (mut probes, mut streams, run) = match attached {
         Some((a, run)) => {
             let (probes, streams) = a.split();
@@ -94,10 +105,14 @@ pub async fn collect_until(
     let mut interrupted = None;
     let stop = loop {
         tokio::select! {
-            _ = reads.tick() => streams.drain(&mut Reading::new(session, &mut recorder)),
+            _ = reads.tick() => {
+                streams.drain(&mut Reading::new(session, &mut recorder));
+                kept.pass(session, progress, false);
+            }
             ready = streams.ready() => {
                 ready?;
                 streams.drain(&mut Reading::new(session, &mut recorder));
+                kept.pass(session, progress, false);
             }
             stopped = &mut stop => break stopped?,
             signal = signals.next(), if interrupted.is_none() => {
@@ -110,9 +125,9 @@ pub async fn collect_until(
             _ = ticker.tick(), if progress.is_shown() => progress.update(session.profile.exits),
         }
     };
-    progress.finish();
     let elapsed = begin.elapsed();
     let (Some(probes), Some(run)) = (probes.take(), run) else {
+        progress.finish();
         return Ok(Collected { stop, interrupted, elapsed, unfinished: 0 });
     };
 
@@ -127,6 +142,7 @@ pub async fn collect_until(
         // the other way round, a record sent in between was never read, and never counted.)
         let in_progress = maps::in_progress(&probes.ebpf, &run)?;
         streams.drain(&mut Reading::new(session, &mut recorder));
+        kept.pass(session, progress, false);
         let settled = in_progress == 0
             && session.deferred.awaiting_task_free() == 0
             && !session.deferred.awaiting_ipc_run();
@@ -135,7 +151,54 @@ pub async fn collect_until(
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
+    kept.pass(session, progress, true);
+    progress.finish();
     Ok(Collected { stop, interrupted, elapsed, unfinished })
+}
+
+/// Shows the exits the session keeps whole as they end, named with the running kernel's
+/// symbols and the live cgroup tree.
+struct KeptShown {
+    symbols: Option<std::sync::Arc<Kallsyms>>,
+    /// The cgroup tree, found at the first exit shown.
+    cgroups: Option<Option<CgroupTree>>,
+    /// The wall clock at the kernel's monotonic 0, in seconds since the Unix epoch.
+    wall_at_zero: Option<f64>,
+}
+
+impl KeptShown {
+    fn new(symbols: Option<std::sync::Arc<Kallsyms>>) -> Self {
+        let wall = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).ok();
+        let wall_at_zero = wall.map(|w| w.as_secs_f64() - monotonic_now().as_secs_f64());
+        Self { symbols, cgroups: None, wall_at_zero }
+    }
+
+    /// A reading pass is over: shows the kept exits ready (all of them when `last`).
+    fn pass(&mut self, session: &mut Session, progress: &mut dyn Progress, last: bool) {
+        let (Some(kept), Some(symbols)) = (session.kept.as_mut(), self.symbols.as_deref()) else {
+            return;
+        };
+        let ready: Vec<KeptExit> = if last { kept.finish() } else { kept.pass() };
+        let tree = self.cgroups.get_or_insert_with(|| CgroupTree::mounted().ok());
+        let mut cgroup = |id: u64| tree.as_mut()?.path(id).map(str::to_owned);
+        let mut context = Context {
+            profile: &session.profile,
+            symbols,
+            cgroup: &mut cgroup,
+            wall_at_zero: self.wall_at_zero,
+        };
+        for exit in &ready {
+            progress.exit(&ExitTimeline::of(exit, &mut context));
+        }
+    }
+}
+
+/// The kernel's monotonic clock now (what `bpf_ktime_get_ns` reads).
+fn monotonic_now() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid timespec for the call to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// What records are read into: a run's [`Session`] (and its record file), or what `serve`

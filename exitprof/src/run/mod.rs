@@ -29,6 +29,7 @@ use crate::{
     analysis::{
         blocking::BlockedReport,
         deferred::DeferredWork,
+        kept_exits::Pick,
         on_cpu::OnCpuReport,
         probe_effect::ProbeEffect,
         profile::Profile,
@@ -63,6 +64,8 @@ pub struct RunRequest {
     pub record: Option<PathBuf>,
     /// Split the exits by workload.
     pub groups: Option<GroupOptions>,
+    /// Show each exit that takes at least this long as it ends (`--slower-than`).
+    pub slower_than: Option<Duration>,
 }
 
 /// Everything one run produced.
@@ -301,6 +304,10 @@ pub async fn run(request: &RunRequest, progress: &mut dyn Progress) -> anyhow::R
     let mut attached = Attached::new(&plan, &facts, load_options(&prepared, request))?;
 
     let mut session = Session::new(&plan, request.groups);
+    if let Some(threshold) = request.slower_than {
+        let ns = u64::try_from(threshold.as_nanos()).unwrap_or(u64::MAX);
+        session.keep_exits(Pick::SlowerThan(ns));
+    }
     let run = attached.begin_run()?;
     session.begin_run(run.epoch);
     let expected_exits = match target {

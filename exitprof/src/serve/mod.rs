@@ -92,6 +92,7 @@ async fn run(request: ServeRequest) -> anyhow::Result<()> {
         bpf_stats: false,
         record: None,
         groups,
+        slower_than: None,
     };
     let (prepared, _) = prepare(&run.target)?;
     preflight()?;

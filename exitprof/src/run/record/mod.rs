@@ -21,7 +21,12 @@ use self::{
     selection::{ExitFilter, Selected, Selection},
 };
 use crate::{
-    analysis::session::Session,
+    analysis::{
+        exit_timeline::{Context, ExitTimeline},
+        kept_exits::{KeptExit, Pick},
+        records::{Exit, ExitKey},
+        session::Session,
+    },
     base::atomic_file,
     kernel::kallsyms::Kallsyms,
     run::{RunOutcome, RunSetup},
@@ -71,7 +76,59 @@ pub fn replay(path: &Path) -> Result<RunOutcome, ReadError> {
     // The whole file is checked first: a damaged one is refused before any of its records is
     // folded (with a warning for each record the damage made undecodable).
     let (opening, _) = read(path, |_, _| {})?;
-    fold(path, opening, |_, _| true)
+    fold(path, opening, None, |_, _| true).map(|folded| folded.outcome)
+}
+
+/// Which of a record's exits to look at one by one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitsShown {
+    /// The N that took longest, longest first.
+    Slowest(usize),
+    /// The exits of thread PID (or of the threads of process PID), as exitprof's PID
+    /// namespace saw them, in the order they ended.
+    Of(u32),
+}
+
+/// The exits of the record at `path` that `shown` names, each with its whole timeline.
+pub fn replay_exits(path: &Path, shown: ExitsShown) -> Result<Vec<ExitTimeline>, ReadError> {
+    let mut candidates: Vec<(u64, ExitKey)> = Vec::new();
+    let (opening, _) = read(path, |kind, bytes| {
+        if kind != Kind::Exit {
+            return;
+        }
+        let Ok(exit) = Exit::decode(bytes) else { return };
+        let chosen = match shown {
+            ExitsShown::Slowest(_) => true,
+            ExitsShown::Of(pid) => exit.ns_pid == pid || exit.ns_tgid == pid,
+        };
+        if chosen && let Some(key) = exit.key() {
+            candidates.push((exit.duration_ns(), key));
+        }
+    })?;
+    if let ExitsShown::Slowest(n) = shown {
+        candidates.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        candidates.truncate(n);
+    }
+    let keys = candidates.iter().map(|&(_, key)| key).collect();
+    let Folded { outcome, kept, symbols } =
+        fold(path, opening, Some(Pick::Exits(keys)), |_, _| true)?;
+    // Where the run grouped its exits by cgroup, the record names their cgroups.
+    let mut cgroup = |id: u64| {
+        let paths = &outcome.groups.as_ref()?.cgroup_paths;
+        paths.path(id).map(str::to_owned)
+    };
+    let mut context = Context {
+        profile: &outcome.profile,
+        symbols: &symbols,
+        cgroup: &mut cgroup,
+        wall_at_zero: None,
+    };
+    let mut timelines: Vec<ExitTimeline> =
+        kept.iter().map(|k| ExitTimeline::of(k, &mut context)).collect();
+    if let ExitsShown::Slowest(_) = shown {
+        timelines.sort_by(|a, b| b.duration_ns.cmp(&a.duration_ns));
+    }
+    Ok(timelines)
 }
 
 /// The outcome of the run recorded at `path` made of the exits `filter` keeps, their stacks and
@@ -88,7 +145,7 @@ pub fn replay_selected(path: &Path, filter: ExitFilter) -> Result<RunOutcome, Re
     if filter.comm.is_some() && selection.named == 0 && whole.profile.exits > 0 {
         return Err(ReadError::Unnamed);
     }
-    let mut outcome = fold(path, opening, |kind, bytes| match kind {
+    let Folded { mut outcome, .. } = fold(path, opening, None, |kind, bytes| match kind {
         Kind::Exit => selection.keeps_exit(bytes),
         Kind::Stack => selection.keeps_stack(bytes),
         Kind::Deferred | Kind::Cgroup | Kind::Opening | Kind::Closing => true,
@@ -100,14 +157,27 @@ pub fn replay_selected(path: &Path, filter: ExitFilter) -> Result<RunOutcome, Re
     Ok(outcome)
 }
 
-/// Folds the records of the file at `path` that `keep` keeps into the outcome of its run.
+/// A record folded: its run's outcome, the exits it was asked to keep whole, and the kernel
+/// symbols its stacks lie in.
+struct Folded {
+    outcome: RunOutcome,
+    kept: Vec<KeptExit>,
+    symbols: Kallsyms,
+}
+
+/// Folds the records of the file at `path` that `keep` keeps into the outcome of its run,
+/// keeping the exits `pick` chooses whole.
 fn fold(
     path: &Path,
     opening: Opening,
+    pick: Option<Pick>,
     keep: impl Fn(Kind, &[u8]) -> bool,
-) -> Result<RunOutcome, ReadError> {
+) -> Result<Folded, ReadError> {
     let setup = opening.setup().map_err(ReadError::Damaged)?;
     let mut session = Session::new(&setup.plan, setup.groups);
+    if let Some(pick) = pick {
+        session.keep_exits(pick);
+    }
     session.begin_run(setup.epoch);
     let (_, closing) = read(path, |kind, bytes| match kind {
         _ if !keep(kind, bytes) => {}
@@ -118,7 +188,10 @@ fn fold(
         Kind::Opening | Kind::Closing => unreachable!("records only"),
     })?;
     let (end, own_cost, symbols) = closing.end();
-    Ok(RunOutcome::of(setup, session, end, &Kallsyms::of_symbols(&symbols), || own_cost))
+    let symbols = Kallsyms::of_symbols(&symbols);
+    let kept = session.kept.as_mut().map(|k| k.finish()).unwrap_or_default();
+    let outcome = RunOutcome::of(setup, session, end, &symbols, || own_cost);
+    Ok(Folded { outcome, kept, symbols })
 }
 
 /// Reads a record file whole, handing each raw record to `record` in order; returns its opening

@@ -28,6 +28,8 @@ pub enum Shown {
     ByKind,
     /// One stage, named or found by a function it covers, in detail (`--stage`).
     Stage(String),
+    /// Exits one by one, each with its timeline (`--slowest`, `--exit`).
+    Exits(super::ExitsShown),
 }
 
 impl View {
