@@ -23,5 +23,6 @@ mod probe_effect;
 mod record;
 mod reliability;
 mod serve;
+mod slow_exits;
 mod threads_storm;
 mod workloads;
