@@ -199,7 +199,8 @@ pub struct RunArgs {
     pub json: bool,
     /// Also write the results to PATH (repeatable), in the format its extension names: .hlog
     /// (HdrHistogram log), .json (the --json document), .csv (percentiles), .svg (figure), .prom
-    /// (Prometheus text).
+    /// (Prometheus text), .folded and .flame.svg (kernel stacks, a flame graph), .html (one
+    /// self-contained page of the tables, the figure and a flame graph one can zoom).
     #[arg(long = "export", value_name = "PATH")]
     pub exports: Vec<PathBuf>,
     /// The format of the --export paths whose extension names none.
@@ -590,7 +591,8 @@ pub struct DiffArgs {
     pub json: bool,
     /// Also write the diff to PATH (repeatable), in the format its extension names: .json (the
     /// --json document), .svg (each row's time per exit on both sides, and its change with its
-    /// interval).
+    /// interval), .flame.svg (a differential flame graph: B's stacks, red where B spends more
+    /// per exit, blue where less), .html (one self-contained page of it all).
     #[arg(long = "export", value_name = "PATH")]
     pub exports: Vec<PathBuf>,
 }
@@ -777,7 +779,7 @@ impl DiffArgs {
         let exports = export::targets(&self.exports, None).map_err(usage)?;
         if let Some(t) = exports.iter().find(|t| !diff::EXPORT_FORMATS.contains(&t.format)) {
             return Err(usage(format!(
-                "--export {}: a diff is written as .json, .svg or .flame.svg, not .{}",
+                "--export {}: a diff is written as .json, .svg, .flame.svg or .html, not .{}",
                 t.path.display(),
                 t.format
             )));
@@ -1256,7 +1258,7 @@ mod tests {
             (&["a1", "a2", "a3"][..], "two sides"),
             (&["a"], "two sides"),
             (&["a1", "--", "b1", "--json"], "options go before `--`"),
-            (&["--export", "d.csv", "a", "b"], ".json, .svg or .flame.svg"),
+            (&["--export", "d.csv", "a", "b"], ".json, .svg, .flame.svg or .html"),
         ] {
             let err = diff(args).err().unwrap_or_else(|| panic!("{args:?} accepted"));
             assert_eq!(err.exit_code(), 2, "{args:?}");

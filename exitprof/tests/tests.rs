@@ -13,6 +13,7 @@ mod diff;
 mod exports;
 mod ground_truth;
 mod groups;
+mod html_report;
 mod identity;
 mod kernel_cost;
 mod namespaces;

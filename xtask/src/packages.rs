@@ -12,8 +12,10 @@ use crate::command::{is_root, run};
 /// package up to bookworm, and a package of its own that prometheus depends on from trixie on);
 /// util-linux's `unshare` and `setpriv` (part of every Debian system, named for
 /// completeness); the C compiler and static C library that build the tests' programs; lintian,
-/// which checks both Debian packages.
-pub const INTEGRATION: &[&str] = &["prometheus", "util-linux", "gcc", "libc6-dev", "lintian"];
+/// which checks both Debian packages; headless Chromium opens the HTML reports, screenshots them
+/// and reports their console's messages.
+pub const INTEGRATION: &[&str] =
+    &["prometheus", "util-linux", "gcc", "libc6-dev", "lintian", "chromium"];
 
 /// What the VM tests need: qemu boots the test kernels, x86_64 ones and aarch64 ones. (The
 /// guests' busybox comes from Debian's archive, for each architecture, as their kernels do; the

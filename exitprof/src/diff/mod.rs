@@ -8,6 +8,7 @@
 
 mod document;
 mod flame;
+mod html;
 mod input;
 mod matching;
 mod noise;
@@ -34,8 +35,9 @@ pub struct DiffRequest {
     pub exports: Vec<ExportTarget>,
 }
 
-/// The export formats of a diff: its document, its figure and its differential flame graph.
-pub const EXPORT_FORMATS: [Format; 3] = [Format::Json, Format::Svg, Format::FlameSvg];
+/// The export formats of a diff: its document, its figure, its differential flame graph and
+/// the HTML page of them all.
+pub const EXPORT_FORMATS: [Format; 4] = [Format::Json, Format::Svg, Format::FlameSvg, Format::Html];
 
 /// A finished diff: the report to print and the exports to write.
 pub struct DiffReport {
@@ -63,6 +65,7 @@ pub fn diff(request: &DiffRequest) -> anyhow::Result<DiffReport> {
             let encoded = match target.format {
                 Format::Svg => svg::encode(&doc),
                 Format::FlameSvg => flame::encode(&doc),
+                Format::Html => html::encode(&doc),
                 _ => Ok(document.clone().into_bytes()),
             };
             let bytes = encoded.map_err(|source| export::ExportError::Encode {

@@ -111,7 +111,7 @@ fn noise_cell(c: &Change) -> &'static str {
     }
 }
 
-fn time_table(doc: &DiffDocument) -> TextTable {
+pub fn time_table(doc: &DiffDocument) -> TextTable {
     let mut table = TextTable::new([
         "row",
         "A",
@@ -161,7 +161,7 @@ fn row_name(r: &RowDoc) -> String {
     format!("{}\n  A: {}\n  B: {}", g.name, stages(&g.a_stages), stages(&g.b_stages))
 }
 
-fn latency_table(rows: &[RowDoc]) -> TextTable {
+pub fn latency_table(rows: &[RowDoc]) -> TextTable {
     let mut table =
         TextTable::new(["row", "figure", "A", "B", "change", "interval", "noise"]).names_left(2);
     for r in rows {
@@ -182,7 +182,7 @@ fn latency_table(rows: &[RowDoc]) -> TextTable {
     table
 }
 
-fn stack_table(title: &str, stacks: &[StackChange]) -> TextTable {
+pub fn stack_table(title: &str, stacks: &[StackChange]) -> TextTable {
     let mut table = TextTable::new(["row", title, "A", "B", "change"]).names_left(2);
     for s in stacks {
         table.add_row([

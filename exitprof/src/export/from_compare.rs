@@ -57,6 +57,8 @@ impl ExportSet {
             series,
             document: document.to_owned(),
             stacks,
+            verdict: None,
+            report: String::new(),
         }
     }
 }

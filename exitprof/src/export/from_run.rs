@@ -6,7 +6,10 @@ use super::{ExportSet, RunStats, Series, StackKind, Variant, WeightedStack, Work
 use crate::{
     analysis::{blocking::BlockedReport, histogram::Latency, on_cpu::OnCpuReport},
     groups::Groups,
-    report::run_document::{RunDocument, WorkloadDoc},
+    report::{
+        run_document::{RunDocument, WorkloadDoc},
+        terminal,
+    },
     run::RunOutcome,
 };
 
@@ -55,6 +58,8 @@ impl ExportSet {
             series,
             document,
             stacks: weighted_stacks(&run.on_cpu, &run.blocked, &variant),
+            verdict: Some(doc.verdict.clone()),
+            report: terminal::render(doc),
         }
     }
 }

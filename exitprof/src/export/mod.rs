@@ -18,6 +18,7 @@ pub(crate) mod folded;
 mod from_compare;
 mod from_run;
 mod hlog;
+pub mod html;
 mod json;
 pub mod prom;
 pub(crate) mod svg;
@@ -55,11 +56,22 @@ pub enum Format {
     Folded,
     /// A flame graph of the folded stacks.
     FlameSvg,
+    /// One self-contained HTML report: the tables, the figure and a flame graph one can zoom,
+    /// nothing fetched from elsewhere.
+    Html,
 }
 
 impl Format {
-    pub const ALL: [Self; 7] =
-        [Self::Hlog, Self::Json, Self::Csv, Self::Svg, Self::Prom, Self::Folded, Self::FlameSvg];
+    pub const ALL: [Self; 8] = [
+        Self::Hlog,
+        Self::Json,
+        Self::Csv,
+        Self::Svg,
+        Self::Prom,
+        Self::Folded,
+        Self::FlameSvg,
+        Self::Html,
+    ];
 
     /// The ending of a file name that selects this format (after a dot).
     pub fn extension(self) -> &'static str {
@@ -71,6 +83,7 @@ impl Format {
             Self::Prom => "prom",
             Self::Folded => "folded",
             Self::FlameSvg => "flame.svg",
+            Self::Html => "html",
         }
     }
 
@@ -93,6 +106,7 @@ impl Format {
             Self::Prom => Ok(prom::encode(set)),
             Self::Folded => Ok(folded::encode(set)),
             Self::FlameSvg => folded::encode_svg(set),
+            Self::Html => html::encode(set),
         }
     }
 }
@@ -218,6 +232,10 @@ pub struct ExportSet {
     pub document: String,
     /// Kernel stacks where exits computed and blocked, for the flame graphs.
     pub stacks: Vec<WeightedStack>,
+    /// The verdict, and the report as the terminal shows it (for the HTML report; empty where
+    /// the producing command has none).
+    pub verdict: Option<String>,
+    pub report: String,
 }
 
 /// One kernel stack of the flame graphs, weighed by the time it stands for.
@@ -468,6 +486,8 @@ pub(crate) mod tests {
             series,
             document: "{\"hand_built\": true}".to_owned(),
             stacks: Vec::new(),
+            verdict: None,
+            report: String::new(),
         }
     }
 
@@ -477,8 +497,16 @@ pub(crate) mod tests {
 
     #[test]
     fn formats_follow_extensions() {
-        let names =
-            ["a.hlog", "b.JSON", "c.csv", "d.svg", "dir.x/e.prom", "f.folded", "run.Flame.SVG"];
+        let names = [
+            "a.hlog",
+            "b.JSON",
+            "c.csv",
+            "d.svg",
+            "dir.x/e.prom",
+            "f.folded",
+            "run.Flame.SVG",
+            "report.html",
+        ];
         let t = targets(&paths(&names), None).unwrap();
         let formats: Vec<Format> = t.iter().map(|t| t.format).collect();
         assert_eq!(formats, Format::ALL);
