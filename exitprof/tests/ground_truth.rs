@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::support::{attach_mode, c_program, num, require_root, run_json};
+use crate::support::{attach_mode, c_program, emulated, num, require_root, run_json};
 
 /// The frame of a stack the kernel could not unwind, as flame graphs name it.
 const UNKNOWN: &str = "[unknown]";
@@ -27,10 +27,6 @@ fn dominant_share() -> f64 {
     if emulated() { 0.4 } else { 0.6 }
 }
 
-/// The tests run in an emulated machine (`EXITPROF_TEST_EMULATED`, set by the VM tests).
-fn emulated() -> bool {
-    std::env::var_os("EXITPROF_TEST_EMULATED").is_some()
-}
 /// Sampling rate for these tests: exits of tens of ms get some hundred samples each.
 const SAMPLE_HZ: &str = "4999";
 

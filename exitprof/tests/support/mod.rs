@@ -425,6 +425,11 @@ pub fn assert_nothing_left(run: &Started) {
     assert!(events.is_empty(), "kprobe events left: {events:?}");
 }
 
+/// The tests run in an emulated machine (`EXITPROF_TEST_EMULATED`, set by the VM tests).
+pub fn emulated() -> bool {
+    std::env::var_os("EXITPROF_TEST_EMULATED").is_some()
+}
+
 /// A test program of `exitprof/tests/programs/`, compiled with `cc -O2 -pthread` once per test
 /// binary run (into cargo's scratch directory for integration tests); where the tests run away
 /// from the build, prebuilt in the directory `EXITPROF_TEST_PROGRAMS` names.
