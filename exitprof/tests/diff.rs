@@ -157,8 +157,8 @@ fn a_larger_teardown_is_found_in_the_stage_that_covers_exit_mm() {
         let args = ["--attach", &attach, "--", program, mib, "4"];
         save_run(dir.path(), &format!("mm{mib}"), &args)
     };
-    // Eight times the memory; in a guest of 1 GiB, emulated (the VM tests run this test in
-    // kprobe mode), an eighth of it.
+    // Eight times the memory; emulated (the VM tests run this test in kprobe mode), where
+    // populating 256 MiB takes a second, an eighth of it.
     let [small_mib, large_mib] = if emulated() { ["8", "64"] } else { ["64", "512"] };
     let (small, large) = (teardown(small_mib), teardown(large_mib));
     let doc = diff(&[small.clone()], &[large.clone()]);
