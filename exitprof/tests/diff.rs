@@ -161,7 +161,7 @@ fn a_larger_teardown_is_found_in_the_stage_that_covers_exit_mm() {
     // populating 256 MiB takes a second, an eighth of it.
     let [small_mib, large_mib] = if emulated() { ["8", "64"] } else { ["64", "512"] };
     let (small, large) = (teardown(small_mib), teardown(large_mib));
-    let doc = diff(&[small.clone()], &[large.clone()]);
+    let doc = diff(std::slice::from_ref(&small), std::slice::from_ref(&large));
     let table = rows_table(&doc);
     eprintln!("{small_mib} MiB against {large_mib} MiB, one run a side:\n{table}");
     assert_eq!(doc["noise"]["method"], "factor", "{doc}");
@@ -322,11 +322,11 @@ fn a_side_that_lost_exits_is_shown_with_its_losses() {
             num(&doc["losses"], "ringbuf_full") > 0.1 * num(&doc, "exits_recorded")
         })
         .expect("a burst of 300 thread exits into a 4 KiB ring buffer loses some of them");
-    let doc = diff(&[whole.clone()], &[lossy.clone()]);
+    let doc = diff(std::slice::from_ref(&whole), std::slice::from_ref(&lossy));
     let b = &doc["b"];
     let (lost, rate) = (b["lost"][0].as_u64().unwrap(), num(b, "loss_rate"));
     assert!(lost > 0 && rate > 0.02, "side B: {b}");
-    assert_eq!(b["lost_ringbuf_full"][0].as_u64().unwrap() > 0, true, "{b}");
+    assert!(b["lost_ringbuf_full"][0].as_u64().unwrap() > 0, "{b}");
     let warnings = doc["warnings"].as_array().unwrap();
     assert!(
         warnings.iter().any(|w| w.as_str().unwrap().starts_with("B lost"))

@@ -53,7 +53,7 @@ fn open(dir: &Path, page: &Path, shot: &Path) -> String {
     let console: Vec<&str> =
         stderr.lines().chain(shot_stderr.lines()).filter(|l| l.contains(":CONSOLE")).collect();
     assert!(console.is_empty(), "{}: the console says:\n{}", page.display(), console.join("\n"));
-    let size = std::fs::metadata(shot).map(|m| m.len()).unwrap_or(0);
+    let size = std::fs::metadata(shot).map_or(0, |m| m.len());
     assert!(size > 20_000, "{}: a screenshot of {size} bytes", page.display());
     dom
 }

@@ -126,10 +126,10 @@ fn headline(t: &ExitTimeline) -> String {
     } else {
         format!("pid {}", t.pid)
     };
-    let process = if t.tgid != t.pid {
-        format!(" of process {}", t.ns_tgid.max(t.tgid))
-    } else {
+    let process = if t.tgid == t.pid {
         String::new()
+    } else {
+        format!(" of process {}", t.ns_tgid.max(t.tgid))
     };
     let cgroup = match (&t.cgroup, &t.workload) {
         (Some(path), Some(workload)) if workload != path => format!(", cgroup {path} ({workload})"),

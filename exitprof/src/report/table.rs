@@ -1,7 +1,7 @@
 //! Plain text tables as every report prints them: no borders, figures right-aligned, no blanks
 //! left at the ends of lines (they would end up in pasted reports).
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 
 use comfy_table::{CellAlignment, Row, Table, presets::NOTHING};
 
@@ -49,16 +49,13 @@ impl TextTable {
     /// kept apart, figures right-aligned as in the terminal.
     pub fn to_html(&self) -> String {
         let row = |row: &Row, cell: &str| -> String {
-            let cells: String = row
-                .cell_iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    let figure = self.names.is_some_and(|names| i >= names);
-                    let align = if figure { " class=\"figure\"" } else { "" };
-                    let text = escape_html(&c.content()).replace('\n', "<br>");
-                    format!("<{cell}{align}>{text}</{cell}>")
-                })
-                .collect();
+            let cells = row.cell_iter().enumerate().fold(String::new(), |mut cells, (i, c)| {
+                let figure = self.names.is_some_and(|names| i >= names);
+                let align = if figure { " class=\"figure\"" } else { "" };
+                let text = escape_html(&c.content()).replace('\n', "<br>");
+                let _ = write!(cells, "<{cell}{align}>{text}</{cell}>");
+                cells
+            });
             format!("<tr>{cells}</tr>\n")
         };
         let header = self.table.header().map(|h| row(h, "th")).unwrap_or_default();

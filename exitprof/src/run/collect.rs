@@ -160,8 +160,10 @@ pub async fn collect_until(
 /// symbols and the live cgroup tree.
 struct KeptShown {
     symbols: Option<std::sync::Arc<Kallsyms>>,
-    /// The cgroup tree, found at the first exit shown.
-    cgroups: Option<Option<CgroupTree>>,
+    /// The cgroup tree, looked for at the first exit shown (`None` where there is no v2
+    /// hierarchy).
+    cgroups: Option<CgroupTree>,
+    cgroups_looked_for: bool,
     /// The wall clock at the kernel's monotonic 0, in seconds since the Unix epoch.
     wall_at_zero: Option<f64>,
 }
@@ -170,7 +172,7 @@ impl KeptShown {
     fn new(symbols: Option<std::sync::Arc<Kallsyms>>) -> Self {
         let wall = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).ok();
         let wall_at_zero = wall.map(|w| w.as_secs_f64() - monotonic_now().as_secs_f64());
-        Self { symbols, cgroups: None, wall_at_zero }
+        Self { symbols, cgroups: None, cgroups_looked_for: false, wall_at_zero }
     }
 
     /// A reading pass is over: shows the kept exits ready (all of them when `last`).
@@ -179,7 +181,13 @@ impl KeptShown {
             return;
         };
         let ready: Vec<KeptExit> = if last { kept.finish() } else { kept.pass() };
-        let tree = self.cgroups.get_or_insert_with(|| CgroupTree::mounted().ok());
+        if ready.is_empty() {
+            return;
+        }
+        if !std::mem::replace(&mut self.cgroups_looked_for, true) {
+            self.cgroups = CgroupTree::mounted().ok();
+        }
+        let tree = &mut self.cgroups;
         let mut cgroup = |id: u64| tree.as_mut()?.path(id).map(str::to_owned);
         let mut context = Context {
             profile: &session.profile,

@@ -23,7 +23,7 @@ use self::{
 use crate::{
     analysis::{
         exit_timeline::{Context, ExitTimeline},
-        kept_exits::{KeptExit, Pick},
+        kept_exits::{KeptExit, KeptExits, Pick},
         records::{Exit, ExitKey},
         session::Session,
     },
@@ -126,7 +126,7 @@ pub fn replay_exits(path: &Path, shown: ExitsShown) -> Result<Vec<ExitTimeline>,
     let mut timelines: Vec<ExitTimeline> =
         kept.iter().map(|k| ExitTimeline::of(k, &mut context)).collect();
     if let ExitsShown::Slowest(_) = shown {
-        timelines.sort_by(|a, b| b.duration_ns.cmp(&a.duration_ns));
+        timelines.sort_by_key(|t| std::cmp::Reverse(t.duration_ns));
     }
     Ok(timelines)
 }
@@ -189,7 +189,7 @@ fn fold(
     })?;
     let (end, own_cost, symbols) = closing.end();
     let symbols = Kallsyms::of_symbols(&symbols);
-    let kept = session.kept.as_mut().map(|k| k.finish()).unwrap_or_default();
+    let kept = session.kept.as_mut().map(KeptExits::finish).unwrap_or_default();
     let outcome = RunOutcome::of(setup, session, end, &symbols, || own_cost);
     Ok(Folded { outcome, kept, symbols })
 }
