@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::support::{attach_mode, c_program, emulated, num, require_root, run_json};
+use crate::support::{attach_mode, c_program, emulated, measured, num, require_root, run_json};
 
 /// The frame of a stack the kernel could not unwind, as flame graphs name it.
 const UNKNOWN: &str = "[unknown]";
@@ -39,16 +39,6 @@ fn profile(name: &str, args: &[&str]) -> Value {
     argv.push(binary);
     argv.extend(args);
     run_json(&argv)
-}
-
-/// What a program measured itself: `key=value` lines of integers.
-fn measured(path: &Path, key: &str) -> f64 {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}=")))
-        .unwrap_or_else(|| panic!("no {key} in {}: {text}", path.display()))
-        .parse()
-        .unwrap()
 }
 
 /// The stage holding the most exit time (the whole exit's row left out).

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::support::{c_program, exitprof, require_root};
+use crate::support::{c_program, exitprof, measured, require_root};
 
 /// Above any of the fast exits here (a `/bin/true` takes some 100 µs), below each slow one.
 const THRESHOLD: &str = "40ms";
@@ -69,9 +69,17 @@ fn three_slow_exits_among_a_thousand_fast_ones_are_printed_with_their_cause() {
         list.iter().map(|f| f.as_str().unwrap().to_owned()).collect()
     };
     let (flush, exit_stop, mm) = (of("fuse_flush"), of("exit_stop"), of("mm_teardown"));
+    // Each wait is the one its program held, to the block.
+    let held = |out: &str, e: &Value| {
+        let hold = measured(&dir.path().join(out), "hold_ns");
+        let blocked = e["cause"]["stack_ns"].as_f64().unwrap_or_default();
+        assert!(blocked >= hold && blocked < hold * 1.5, "held {hold} ns: {}", describe(e));
+    };
     assert_eq!(flush["cause"]["kind"], "blocked", "{}", describe(flush));
+    held("fuse.out", flush);
     assert!(frames(flush, "stack").iter().any(|f| f == "fuse_flush"), "{}", describe(flush));
     assert_eq!(exit_stop["cause"]["kind"], "blocked", "{}", describe(exit_stop));
+    held("stop.out", exit_stop);
     assert!(
         frames(exit_stop, "stack").iter().any(|f| f.starts_with("ptrace_")),
         "{}",

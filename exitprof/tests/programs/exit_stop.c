@@ -77,12 +77,6 @@ int main(int argc, char **argv) {
         if (shortest < 0 || held < shortest)
             shortest = held;
     }
-    FILE *out = fopen(argv[3], "w");
-    if (!out) {
-        perror(argv[3]);
-        return 1;
-    }
-    fprintf(out, "hold_ns=%ld\n", shortest);
-    fclose(out);
+    write_measure(argv[3], "hold_ns", shortest);
     return 0;
 }

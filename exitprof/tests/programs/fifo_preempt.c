@@ -118,12 +118,6 @@ int main(int argc, char **argv) {
                 waiting_ns - shared->exit_ns);
         return 1;
     }
-    FILE *out = fopen(argv[3], "w");
-    if (!out) {
-        perror(argv[3]);
-        return 1;
-    }
-    fprintf(out, "spun_ns=%ld\n", spun_ns);
-    fclose(out);
+    write_measure(argv[3], "spun_ns", spun_ns);
     return 0;
 }

@@ -192,12 +192,6 @@ int main(int argc, char **argv) {
         return 1;
     }
     wait_child(server);
-    FILE *out = fopen(argv[4], "w");
-    if (!out) {
-        perror(argv[4]);
-        return 1;
-    }
-    fprintf(out, "hold_ns=%ld\n", held);
-    fclose(out);
+    write_measure(argv[4], "hold_ns", held);
     return 0;
 }

@@ -58,6 +58,16 @@ static inline char *populated(size_t bytes) {
     return p;
 }
 
+// Writes `name=value` to the file at `path`: what a program measured, for its test to read.
+// Exits the program when the file cannot be written.
+static inline void write_measure(const char *path, const char *name, long value) {
+    FILE *out = fopen(path, "w");
+    if (!out || fprintf(out, "%s=%ld\n", name, value) < 0 || fclose(out) != 0) {
+        perror(path);
+        exit(1);
+    }
+}
+
 // Waits for child `pid`; exits the program when it failed.
 static inline void wait_child(pid_t pid) {
     int status;

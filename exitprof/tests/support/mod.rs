@@ -425,6 +425,16 @@ pub fn assert_nothing_left(run: &Started) {
     assert!(events.is_empty(), "kprobe events left: {events:?}");
 }
 
+/// What a program measured itself: `key=value` lines of integers.
+pub fn measured(path: &std::path::Path, key: &str) -> f64 {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {}: {text}", path.display()))
+        .parse()
+        .unwrap()
+}
+
 /// The tests run in an emulated machine (`EXITPROF_TEST_EMULATED`, set by the VM tests).
 pub fn emulated() -> bool {
     std::env::var_os("EXITPROF_TEST_EMULATED").is_some()
