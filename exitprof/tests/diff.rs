@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::support::{
-    attach_mode, c_program, emulated, exitprof, exitprof_path, num, require_root, run, run_json,
+    attach_mode, c_program, exitprof, exitprof_path, num, require_root, run, run_json,
 };
 
 /// Saves the `--json` document of a run of `args` as `dir/name.json`.
@@ -157,9 +157,7 @@ fn a_larger_teardown_is_found_in_the_stage_that_covers_exit_mm() {
         let args = ["--attach", &attach, "--", program, mib, "4"];
         save_run(dir.path(), &format!("mm{mib}"), &args)
     };
-    // Eight times the memory; emulated (the VM tests run this test in kprobe mode), where
-    // populating 256 MiB takes a second, an eighth of it.
-    let [small_mib, large_mib] = if emulated() { ["8", "64"] } else { ["64", "512"] };
+    let [small_mib, large_mib] = ["64", "512"];
     let (small, large) = (teardown(small_mib), teardown(large_mib));
     let doc = diff(std::slice::from_ref(&small), std::slice::from_ref(&large));
     let table = rows_table(&doc);
@@ -199,11 +197,7 @@ fn a_larger_teardown_is_found_in_the_stage_that_covers_exit_mm() {
     assert!(of_mm("b") > 4.0 * of_mm("a"), "{table}");
     let share: f64 =
         stages.iter().filter(|r| covers_mm(r)).filter_map(|r| r["share_of_change"].as_f64()).sum();
-    // Under emulation every probe hit costs some 100 µs, and the larger exit's other stages
-    // grow by milliseconds too (0.86 was seen on 5.10 in kprobe mode, its verdict naming
-    // unmap_page_range ← unmap_vmas ← exit_mmap).
-    let least = if emulated() { 0.75 } else { 0.9 };
-    assert!(share > least, "the stages of exit_mm hold {share:.2} of the change:\n{table}");
+    assert!(share > 0.9, "the stages of exit_mm hold {share:.2} of the change:\n{table}");
     let verdict = doc["verdict"].as_str().unwrap();
     assert!(
         verdict.contains("no interval") && verdict.contains(biggest["name"].as_str().unwrap()),

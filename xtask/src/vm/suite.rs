@@ -58,13 +58,6 @@ pub const GUEST_TESTS: &[GuestTests] = &[
     // arm64's share: the ground truth of the teardowns alone, in each mode.
     GuestTests { name: "teardowns-kprobe", attach: "kprobe", args: TEARDOWNS },
     GuestTests { name: "teardowns-fentry", attach: "fentry", args: TEARDOWNS },
-    // A diff of a small and a large teardown, where exit_mm's code is probed: its verdict names
-    // the teardown's code, and its differential flame graph draws the growth under it.
-    GuestTests {
-        name: "teardown-diff-kprobe",
-        attach: "kprobe",
-        args: &["diff::a_larger_teardown_is_found_in_the_stage_that_covers_exit_mm"],
-    },
 ];
 
 /// The ground truth, every test of it.
