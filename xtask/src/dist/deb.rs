@@ -141,6 +141,8 @@ pub fn build(arch: Arch, binary: &Path, manuals: &Manuals) -> anyhow::Result<Pat
 /// file): a static executable is an error to lintian, a static PIE (what Rust links for x86_64
 /// musl; its aarch64 musl target links no PIE) a library without the libraries it needs. The
 /// binary is static so that one file runs on any distribution and in an image of nothing else.
+/// Lintian also finds libyaml's strings in it: `serve --web.config.file` reads its YAML with
+/// unsafe-libyaml, libyaml translated to Rust and compiled in, not a copy of the C library.
 fn lintian_overrides(binary: &[u8]) -> anyhow::Result<String> {
     const ET_EXEC: u16 = 2;
     const ET_DYN: u16 = 3;
@@ -151,7 +153,12 @@ fn lintian_overrides(binary: &[u8]) -> anyhow::Result<String> {
         Some(ET_DYN) => "shared-library-lacks-prerequisites",
         other => bail!("the static binary is not an ELF executable (e_type {other:?})"),
     };
-    Ok(format!("{why}exitprof: {tag} [usr/bin/exitprof]\n"))
+    let yaml = "# libyaml translated to Rust (unsafe-libyaml) and compiled in: there is no C \
+                library to link against instead.\n";
+    Ok(format!(
+        "{why}exitprof: {tag} [usr/bin/exitprof]\n{yaml}exitprof: embedded-library libyaml \
+         [usr/bin/exitprof]\n"
+    ))
 }
 
 /// The package's changelog, in Debian's format: one entry for the version, dated by the last
