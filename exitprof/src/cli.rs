@@ -50,6 +50,11 @@ pub struct Cli {
     /// hits).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// Permissions of the files exitprof writes (records, --export's files), in octal: 600 (only
+    /// their owner reads them) unless given, whatever the umask; e.g. 644 for a record that
+    /// others on the machine may report.
+    #[arg(long, value_name = "MODE", global = true, value_parser = parse_file_mode)]
+    pub file_mode: Option<u32>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -873,6 +878,15 @@ fn parse_exit_slots(s: &str) -> Result<u32, String> {
     Ok(n)
 }
 
+/// Permissions in octal (`600`, `0640`, `0o644`).
+fn parse_file_mode(s: &str) -> Result<u32, String> {
+    let digits = s.strip_prefix("0o").unwrap_or(s);
+    u32::from_str_radix(digits, 8)
+        .ok()
+        .filter(|&mode| mode <= 0o777)
+        .ok_or_else(|| format!("{s} is not a file mode in octal, from 0 to 777 (e.g. 600, 644)"))
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let secs: f64 = s.parse().map_err(|e| format!("{e}"))?;
     if !(secs > 0.0 && secs.is_finite()) {
@@ -965,6 +979,22 @@ mod tests {
             target(&["--workload", "fork", "--count", "64", "--parallel", "2"]),
             Target::Storm(Storm::Fork(ForkParams { count: 64, parallel: 2 }))
         );
+    }
+
+    #[test]
+    fn file_modes_are_octal_on_every_command() {
+        assert_eq!(parse(&[]).unwrap().file_mode, None);
+        assert_eq!(parse(&["--file-mode", "644"]).unwrap().file_mode, Some(0o644));
+        let record = parse(&["record", "-o", "run.rec", "--file-mode", "0640"]).unwrap();
+        assert_eq!(record.file_mode, Some(0o640));
+        assert_eq!(
+            parse(&["report", "x.rec", "--file-mode", "0o600"]).unwrap().file_mode,
+            Some(0o600)
+        );
+        for bad in ["888", "1777", "rw-r--r--", ""] {
+            let error = parse(&["--file-mode", bad]).unwrap_err().to_string();
+            assert!(error.contains("not a file mode in octal"), "{bad}: {error}");
+        }
     }
 
     #[test]

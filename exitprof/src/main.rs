@@ -40,6 +40,9 @@ fn main() -> ExitCode {
         .filter_module("exitprof", level)
         .format_timestamp(None)
         .init();
+    if let Some(mode) = cli.file_mode {
+        base::atomic_file::set_mode(mode);
+    }
     let result = match cli.command {
         Some(Command::Driver(child)) => {
             workload::run_child(child.channel_fd, child.command.driver())

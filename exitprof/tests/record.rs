@@ -1,9 +1,13 @@
 //! `exitprof record` and `exitprof report`: a recorded run reports what the run printed and
-//! exported, a run cut short records a partial one, files that cannot be read are refused with
-//! nothing written, a record of an earlier build still reads, and the views of a record (one
-//! process's exits, each kind of exit apart, one stage in detail) show what they say.
+//! exported, and its file gives away no kernel address and is its owner's alone; a run cut short
+//! records a partial one, files that cannot be read are refused with nothing written, records of
+//! earlier builds still read, and the views of a record (one process's exits, each kind of exit
+//! apart, one stage in detail) show what they say.
 
-use std::{fs, path::Path, process::Output, time::Duration};
+use std::{
+    fs, io::Read as _, os::unix::fs::PermissionsExt as _, path::Path, process::Output,
+    time::Duration,
+};
 
 use serde_json::Value;
 
@@ -17,6 +21,55 @@ use crate::support::{Started, c_program, file_names, num, require_root, run, run
 /// --sample-hz 20000 --json`, until its document has samples joined, then update what
 /// `an_earlier_record_still_reads` expects of it from that document.
 const EARLIER_RECORD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/threads-8.rec");
+
+/// The same run recorded in format 2 by the build before records hid kernel addresses (its
+/// stacks' frames and their symbols are the kernel's own addresses), with `--sample-hz 20000`
+/// until 4 samples were joined.
+const RECORD_WITH_ADDRESSES: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/threads-8-v2.rec");
+
+/// Where the kernel's addresses begin: the top half of the address space on x86_64, and from
+/// there on arm64 (48-bit or 52-bit virtual addresses).
+#[cfg(target_arch = "x86_64")]
+const KERNEL_SPACE: u64 = 0xffff_8000_0000_0000;
+#[cfg(not(target_arch = "x86_64"))]
+const KERNEL_SPACE: u64 = 0xfff0_0000_0000_0000;
+
+/// Every value of a record's frames, once decompressed, that lies where the kernel's addresses
+/// do: each 8-byte word of the raw records (their 64-bit fields lie on 8-byte boundaries; at other
+/// offsets, any timestamp's low bytes after a zero field can look like one), each number of the
+/// opening and the closing (JSON).
+fn kernel_words(record: &Path) -> Vec<u64> {
+    fn numbers(value: &Value, found: &mut Vec<u64>) {
+        match value {
+            Value::Number(n) => found.extend(n.as_u64().filter(|&n| n >= KERNEL_SPACE)),
+            Value::Array(values) => values.iter().for_each(|v| numbers(v, found)),
+            Value::Object(fields) => fields.values().for_each(|v| numbers(v, found)),
+            _ => {}
+        }
+    }
+    let bytes = fs::read(record).unwrap();
+    // The magic and the format's version, then one gzip stream of frames.
+    let mut contents = Vec::new();
+    flate2::read::GzDecoder::new(&bytes[20..]).read_to_end(&mut contents).unwrap();
+    let mut found = Vec::new();
+    let mut frames = &contents[..];
+    while let [kind, l0, l1, l2, l3, rest @ ..] = frames {
+        let (payload, next) = rest.split_at(u32::from_le_bytes([*l0, *l1, *l2, *l3]) as usize);
+        if matches!(kind, 1 | 5) {
+            numbers(&serde_json::from_slice(payload).expect("a JSON frame"), &mut found);
+        } else {
+            let words = payload.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().unwrap()));
+            found.extend(words.filter(|&w| w >= KERNEL_SPACE));
+        }
+        frames = next;
+    }
+    found
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
 
 fn path_str(path: &Path) -> &str {
     path.to_str().expect("a UTF-8 temporary path")
@@ -40,10 +93,16 @@ fn a_report_of_a_record_is_what_its_run_printed_and_exported() {
         exports.iter().flat_map(|ext| ["--export".to_owned(), path(ext)]).collect()
     };
     let live_exports = export_args("live");
+    // Sampled often, so that the record holds stacks to name.
     let mut args = vec!["record", "-o", path_str(&file), "--threads", "200", "--reps", "2"];
+    args.extend(["--sample-hz", "20000"]);
     args.extend(live_exports.iter().map(String::as_str));
     let live = run_json(&args);
     assert_eq!(live["exits_recorded"], 400, "{}", live["losses"]);
+    assert!(live["samples"]["joined"].as_u64() > Some(0), "no stack: {}", live["samples"]);
+    let addresses = kernel_words(&file);
+    assert!(addresses.is_empty(), "{} kernel addresses in the record", addresses.len());
+    assert_eq!(mode(&file), 0o600, "the record's mode");
 
     let reported_exports = export_args("reported");
     let mut args = vec!["report", path_str(&file)];
@@ -54,6 +113,7 @@ fn a_report_of_a_record_is_what_its_run_printed_and_exported() {
     for ext in exports {
         let read = |prefix: &str| fs::read(dir.path().join(format!("{prefix}.{ext}"))).unwrap();
         assert!(read("live") == read("reported"), "the .{ext} exports differ");
+        assert_eq!(mode(&dir.path().join(format!("live.{ext}"))), 0o600, ".{ext}'s mode");
     }
 
     let out = run(&["report", path_str(&file)]);
@@ -113,6 +173,68 @@ fn an_earlier_record_still_reads() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("8 recorded of 8 expected"));
     assert!(fs::read_to_string(&csv).unwrap().lines().count() > 1, "an empty export");
+}
+
+/// A record written before records hid kernel addresses reads as its run printed it: its frames
+/// named from the kernel symbols it kept.
+#[test]
+fn a_record_holding_kernel_addresses_still_reads() {
+    assert!(!kernel_words(Path::new(RECORD_WITH_ADDRESSES)).is_empty(), "not the earlier kind");
+    let doc = document(&run(&["report", "--json", RECORD_WITH_ADDRESSES]));
+    assert_eq!((&doc["exits_recorded"], &doc["lost"]), (&8.into(), &0.into()));
+    assert_eq!(doc["elapsed_s"], 0.054754101);
+    assert_eq!(doc["exitprof"]["peak_rss_bytes"], 41381888);
+    assert_eq!(doc["samples"]["joined"], 4);
+    let mut stacks: Vec<String> = doc["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["on_cpu_in"].as_array().unwrap())
+        .map(|s| {
+            let frames: Vec<&str> =
+                s["stack"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+            frames.join(";")
+        })
+        .collect();
+    stacks.sort();
+    assert_eq!(
+        stacks,
+        [
+            "_raw_spin_unlock_irqrestore;do_exit",
+            "_raw_spin_unlock_irqrestore;taskstats_exit;do_exit",
+            "seccomp_filter_release;do_exit",
+            "switch_task_namespaces;do_exit",
+        ]
+    );
+}
+
+/// IPC namespaces are told apart by their numbers in the file, not their addresses: every
+/// namespace the storm freed is joined to its exit in the report as in the run.
+#[test]
+fn ipc_namespaces_are_joined_without_their_addresses() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ipcns.rec");
+    let live = run_json(&["record", "-o", path_str(&file), "--workload", "ipcns", "--count", "64"]);
+    let joined = &live["deferred"]["ipc"]["namespaces_joined"];
+    assert_eq!(joined, 64, "{}", live["deferred"]);
+    let addresses = kernel_words(&file);
+    assert!(addresses.is_empty(), "{} kernel addresses in the record", addresses.len());
+    let reported = document(&run(&["report", "--json", path_str(&file)]));
+    assert_eq!(reported, live, "the report of the record is not the document the run printed");
+}
+
+/// `--file-mode` gives the files exactly the mode asked for, whatever the umask.
+#[test]
+fn files_get_the_mode_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("run.csv");
+    for (args, expected) in [(&[][..], 0o600), (&["--file-mode", "644"][..], 0o644)] {
+        let out =
+            run(&[&["report", EARLIER_RECORD, "--export", path_str(&csv)][..], args].concat());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(mode(&csv), expected, "{args:?}");
+    }
 }
 
 #[test]

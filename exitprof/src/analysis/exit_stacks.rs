@@ -195,11 +195,6 @@ impl ExitStacks {
         id
     }
 
-    /// Every code address of the stacks recorded, for naming them.
-    pub fn addresses(&self) -> impl Iterator<Item = u64> + '_ {
-        self.stacks.iter().flatten().copied()
-    }
-
     /// The tallies of one kind: (stage index, raw stack, tally).
     pub fn tallies(&self, kind: StackKind) -> impl Iterator<Item = (usize, &[u64], Tally)> {
         self.tallies

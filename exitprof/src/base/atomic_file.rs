@@ -1,14 +1,34 @@
 //! Writing a file atomically: readers see the old file or the whole new one, never a part, and a
-//! failed write (a full disk) leaves nothing behind.
+//! failed write (a full disk) leaves nothing behind; readable by its owner only unless asked
+//! otherwise.
 
 use std::{
     fs::{self, File, Permissions},
     io::{self, Write},
     os::unix::fs::{FileTypeExt as _, PermissionsExt as _},
     path::{Path, PathBuf},
+    sync::OnceLock,
 };
 
 use tempfile::NamedTempFile;
+
+/// The permissions of the files exitprof writes when not told otherwise: its owner's alone, as
+/// `perf record`'s `perf.data`. A record holds the command lines, task names and cgroup paths of
+/// whatever ran (everything, under `--all`); an export, some of those.
+pub const DEFAULT_MODE: u32 = 0o600;
+
+/// The permissions given by `--file-mode`, once, before any file is written.
+static MODE: OnceLock<u32> = OnceLock::new();
+
+/// Makes every file written from now on get exactly `mode` (the umask does not take from it: it
+/// was asked for). Only the first call counts.
+pub fn set_mode(mode: u32) {
+    let _ = MODE.set(mode & 0o777);
+}
+
+fn mode() -> u32 {
+    MODE.get().copied().unwrap_or(DEFAULT_MODE)
+}
 
 /// Writes `bytes` to `path` atomically (see [`AtomicFile`]).
 pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -98,15 +118,16 @@ fn check_replaceable(path: &Path) -> Result<(), String> {
     ))
 }
 
-/// A hidden temporary file, removed when dropped, with the permissions a new file gets (0666
-/// less the umask) rather than tempfile's private 0600: exports and records are for other tools
-/// and users.
+/// A hidden temporary file, removed when dropped, created private and then given the permissions
+/// the file is to have ([`set_mode`]), which it keeps when renamed over its path.
 fn temporary_file_in(dir: &Path) -> io::Result<NamedTempFile> {
-    tempfile::Builder::new()
+    let file = tempfile::Builder::new()
         .prefix(".exitprof-")
         .suffix(".tmp")
-        .permissions(Permissions::from_mode(0o666))
-        .tempfile_in(dir)
+        .permissions(Permissions::from_mode(0o600))
+        .tempfile_in(dir)?;
+    file.as_file().set_permissions(Permissions::from_mode(mode()))?;
+    Ok(file)
 }
 
 fn directory_of(path: &Path) -> &Path {
@@ -151,20 +172,17 @@ mod tests {
         assert_eq!(entries(dir.path()), ["run.rec"]);
     }
 
+    /// Unless told otherwise (the tests of this binary never set a mode): the owner's alone,
+    /// the file replaced included, whatever the umask.
     #[test]
-    fn new_files_get_the_usual_permissions() {
+    fn new_files_are_their_owners_alone() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.csv");
+        fs::write(&path, b"old").unwrap();
+        fs::set_permissions(&path, Permissions::from_mode(0o644)).unwrap();
         write(&path, b"x").unwrap();
-        // Read, not set: umask is process-wide and other tests create files meanwhile.
-        let status = fs::read_to_string("/proc/self/status").unwrap();
-        let umask = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Umask:"))
-            .map(|m| u32::from_str_radix(m.trim(), 8).unwrap())
-            .expect("/proc/self/status has Umask");
         let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o666 & !umask, "mode {mode:o} with umask {umask:o}");
+        assert_eq!(mode, DEFAULT_MODE, "mode {mode:o}");
     }
 
     #[test]

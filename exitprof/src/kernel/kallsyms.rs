@@ -1,7 +1,7 @@
 //! `/proc/kallsyms`: which kernel functions exist as symbols, and where.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::HashMap,
     fs::File,
     io::{self, BufRead, BufReader},
     sync::{Mutex, OnceLock, PoisonError},
@@ -11,7 +11,7 @@ const PATH: &str = "/proc/kallsyms";
 
 /// An address this far past the closest symbol is not in that function (kernel functions are a
 /// few KiB at most; past the end of the kernel text the closest symbol is a section marker).
-const MAX_FUNCTION_BYTES: u64 = 128 * 1024;
+pub const MAX_FUNCTION_BYTES: u64 = 128 * 1024;
 
 /// The running kernel's function symbols, read from kallsyms as far as they are needed.
 ///
@@ -61,6 +61,11 @@ impl Kallsyms {
         self.table().name_of(addr)
     }
 
+    /// The function a code address lies in, as [`Kallsyms::name_of`], with its address.
+    pub fn symbol_of(&self, addr: u64) -> Option<(u64, &str)> {
+        self.table().symbol_of(addr)
+    }
+
     pub fn has_function(&self, name: &str) -> bool {
         self.table().address(name).is_some()
     }
@@ -91,18 +96,9 @@ impl Kallsyms {
         self.table().clones_of(name)
     }
 
-    /// The symbols that `addresses` lie in, each once, lowest address first: all that naming
-    /// those addresses needs (a record file keeps these, not the whole table).
-    pub fn symbols_of(&self, addresses: impl IntoIterator<Item = u64>) -> Vec<(u64, String)> {
-        let table = self.table();
-        let found: BTreeMap<u64, &str> =
-            addresses.into_iter().filter_map(|a| table.symbol_of(a)).collect();
-        found.into_iter().map(|(address, name)| (address, name.to_owned())).collect()
-    }
-
-    /// A table of these symbols only, from [`Kallsyms::symbols_of`]: it names the addresses
-    /// they were found for as the whole table did (no symbol lies between an address and the
-    /// one it is in), and reads nothing of the running kernel.
+    /// A table of these symbols only (a record file's): it names the addresses they were kept
+    /// for as the whole table did, as long as no other symbol lies between an address and the
+    /// one it is in; it reads nothing of the running kernel.
     pub fn of_symbols(symbols: &[(u64, String)]) -> Self {
         let mut table = SymbolTable::default();
         for (address, name) in symbols {
@@ -230,7 +226,7 @@ impl SymbolTable {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Read;
+    use std::{collections::BTreeMap, io::Read};
 
     use super::*;
 
@@ -284,7 +280,12 @@ ffffffffc0000000 t some_fn\t[some_module]
             0x1000,
             0xffffffff81aad080 + 4 * 1024 * 1024,
         ];
-        let kept = whole.symbols_of(addresses);
+        let kept: BTreeMap<u64, String> = addresses
+            .iter()
+            .filter_map(|&a| whole.symbol_of(a))
+            .map(|(address, name)| (address, name.to_owned()))
+            .collect();
+        let kept: Vec<(u64, String)> = kept.into_iter().collect();
         let names: Vec<&str> = kept.iter().map(|(_, name)| name.as_str()).collect();
         assert_eq!(names, ["free_ipc", "free_ipc_ns.isra.0"], "each symbol once, no other");
         let part = Kallsyms::of_symbols(&kept);

@@ -366,11 +366,9 @@ pub async fn run(request: &RunRequest, progress: &mut dyn Progress) -> anyhow::R
         interrupted,
     };
     // Named once the probes and their ring buffers are gone: naming reads the whole of kallsyms.
-    // The record keeps the symbols of the stacks, found before the session goes into the outcome.
-    let recorder = recorder.map(|r| (r, symbols.symbols_of(session.stacks.addresses())));
     let outcome = RunOutcome::of(setup, session, end, &symbols, || OwnCost::now(collecting));
-    if let Some((recorder, stack_symbols)) = recorder {
-        recorder.finish(&outcome, stack_symbols)?;
+    if let Some(recorder) = recorder {
+        recorder.finish(&outcome, &symbols)?;
     }
     Ok(outcome)
 }

@@ -117,7 +117,9 @@ pub struct Closing {
     /// The signal that cut the run short: the file is of a partial run.
     pub interrupted: Option<i32>,
     pub own_cost: OwnCost,
-    /// The kernel symbols the run's stacks lie in, as (address, name), lowest first.
+    /// What names the frames of the run's stacks, as (address, name), lowest first: the
+    /// functions they lie in, at made-up addresses (`super::opaque`; the kernel's own addresses
+    /// in files of earlier builds).
     pub symbols: Vec<(u64, String)>,
 }
 

@@ -7,6 +7,7 @@
 
 mod container;
 mod contents;
+mod opaque;
 pub mod selection;
 pub mod view;
 
@@ -18,6 +19,7 @@ pub use self::container::{Kind, MAGIC, ReadError};
 use self::{
     container::{Reader, Writer},
     contents::{Closing, Opening},
+    opaque::Opaque,
     selection::{ExitFilter, Selected, Selection},
 };
 use crate::{
@@ -42,6 +44,10 @@ pub fn check_writable(path: &Path) -> anyhow::Result<()> {
 pub struct Recorder {
     file: Writer,
     path: PathBuf,
+    /// The kernel addresses of the records kept, and what the file holds instead.
+    opaque: Opaque,
+    /// The record being kept, its addresses replaced.
+    scratch: Vec<u8>,
 }
 
 impl Recorder {
@@ -50,22 +56,21 @@ impl Recorder {
         let mut file =
             Writer::create(path).with_context(|| format!("recording to {}", path.display()))?;
         file.frame(Kind::Opening, &serde_json::to_vec(&Opening::new(setup))?);
-        Ok(Self { file, path: path.to_owned() })
+        Ok(Self { file, path: path.to_owned(), opaque: Opaque::default(), scratch: Vec::new() })
     }
 
-    /// Keeps one raw record.
+    /// Keeps one raw record, without the kernel addresses it holds ([`opaque`]).
     pub fn keep(&mut self, kind: Kind, bytes: &[u8]) {
-        self.file.frame(kind, bytes);
+        self.scratch.clear();
+        self.scratch.extend_from_slice(bytes);
+        self.opaque.conceal(kind, &mut self.scratch);
+        self.file.frame(kind, &self.scratch);
     }
 
-    /// Ends the file with how the run ended and the kernel symbols its stacks lie in
-    /// ([`Kallsyms::symbols_of`]), and puts it in place.
-    pub fn finish(
-        mut self,
-        outcome: &RunOutcome,
-        symbols: Vec<(u64, String)>,
-    ) -> anyhow::Result<()> {
-        let closing = Closing::new(outcome, symbols);
+    /// Ends the file with how the run ended and the symbols that name its stacks' frames
+    /// (`symbols`, the running kernel's, name them), and puts it in place.
+    pub fn finish(mut self, outcome: &RunOutcome, symbols: &Kallsyms) -> anyhow::Result<()> {
+        let closing = Closing::new(outcome, self.opaque.symbols(symbols));
         self.file.frame(Kind::Closing, &serde_json::to_vec(&closing)?);
         self.file.commit().with_context(|| format!("writing the record {}", self.path.display()))
     }
