@@ -201,6 +201,46 @@ fn every_format_agrees_with_the_json_report() {
     assert!(svg.contains("500 exits recorded of 500 expected"), "the figure's header");
 }
 
+/// A kernel address as it would be written out: 16 hex digits from the kernel's half of the
+/// address space (`ffff...`, with or without `0x`), or that number in decimal.
+fn kernel_addresses_in(text: &str) -> Vec<String> {
+    let words = text.split(|c: char| !c.is_ascii_alphanumeric());
+    words
+        .map(|w| w.strip_prefix("0x").unwrap_or(w))
+        .filter(|w| {
+            let hex = w.len() == 16 && w.to_ascii_lowercase().starts_with("ffff");
+            let decimal = w.parse::<u64>().is_ok_and(|n| n >= 0xffff_0000_0000_0000);
+            hex && u64::from_str_radix(w, 16).is_ok() || decimal
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every export of a run with named stacks (the flame graph and folded stacks of its samples)
+/// holds names, never a kernel address.
+#[test]
+fn no_export_gives_away_a_kernel_address() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let every = ["hlog", "json", "csv", "svg", "prom", "folded", "flame.svg"];
+    let exports: Vec<String> = every
+        .iter()
+        .flat_map(|ext| ["--export".to_owned(), format!("{}/run.{ext}", dir.path().display())])
+        .collect();
+    let mut args = vec!["--json", "--threads", "200", "--reps", "2", "--sample-hz", "20000"];
+    args.extend(exports.iter().map(String::as_str));
+    let out = run_ok(&args);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["samples"]["joined"].as_u64() > Some(0), "no stack: {}", doc["samples"]);
+    for ext in every {
+        let text = fs::read_to_string(dir.path().join(format!("run.{ext}"))).unwrap();
+        let found = kernel_addresses_in(&text);
+        assert!(found.is_empty(), "run.{ext} holds kernel addresses: {found:?}");
+    }
+    assert!(!kernel_addresses_in("at ffffffff81aad1a4 and 0xFFFF888001234000").is_empty());
+    assert!(!kernel_addresses_in("18446744071589311908").is_empty());
+}
+
 #[test]
 fn an_unknown_extension_is_a_usage_error() {
     let out = run(&["--threads", "5", "--reps", "1", "--export", "results.txt"]);
