@@ -27,11 +27,3 @@ pub struct CgroupRecord {
 unsafe impl aya::Pod for CgroupRecord {}
 
 const _: () = assert!(size_of::<CgroupRecord>() == 16 + CGROUP_PATH_LEN);
-
-/// Where `cgroup:cgroup_mkdir` and `cgroup:cgroup_rmdir` keep the fields read (their format
-/// since v5.5, when cgroup ids became 64-bit; userspace checks the running kernel's format
-/// before it attaches them): the hierarchy (`int root`, 0 for v2), the id (`u64 id`) and the
-/// path (`__data_loc char[] path`: its offset in the event in the low 16 bits).
-pub const TP_ROOT_OFFSET: usize = 8;
-pub const TP_ID_OFFSET: usize = 16;
-pub const TP_PATH_OFFSET: usize = 24;

@@ -93,6 +93,14 @@ pub mod globals {
         WORK_FUNC_OFFSET,
         /// Address of `free_ipc`.
         FREE_IPC_ADDR,
+        /// `offsetof(struct cgroup, root)`.
+        CGROUP_ROOT_OFFSET,
+        /// `offsetof(struct cgroup_root, hierarchy_id)`.
+        CGROUP_ROOT_HIERARCHY_ID_OFFSET,
+        /// `offsetof(struct cgroup, kn)`.
+        CGROUP_KN_OFFSET,
+        /// `offsetof(struct kernfs_node, id)`.
+        KERNFS_NODE_ID_OFFSET,
     }
 }
 
@@ -203,7 +211,7 @@ pub mod programs {
     /// `tp_btf/sched_process_exec`: passes a process's mark on to the thread that takes it
     /// over by exec.
     pub const SCHED_PROCESS_EXEC: &str = "sched_process_exec";
-    /// `cgroup:cgroup_mkdir` and `cgroup:cgroup_rmdir`: the paths of cgroups made and removed.
+    /// `tp_btf/cgroup_mkdir` and `tp_btf/cgroup_rmdir`: the paths of cgroups made and removed.
     pub const CGROUP_MKDIR: &str = "cgroup_mkdir";
     pub const CGROUP_RMDIR: &str = "cgroup_rmdir";
     /// The perf-event program of the sampling clock.

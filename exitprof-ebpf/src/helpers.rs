@@ -105,6 +105,19 @@ fn task_field<T: Copy>(task: Task, offset: u32) -> T {
     field(task.cast(), offset)
 }
 
+/// The hierarchy and id of a cgroup (`cgrp->root->hierarchy_id`, and `cgroup_id(cgrp)`:
+/// `cgrp->kn->id` since v5.5), as the `cgroup:` tracepoints' `root` and `id`.
+#[inline(always)]
+pub fn cgroup_hierarchy_and_id(cgroup: *const u8) -> (i32, u64) {
+    use crate::maps::{
+        CGROUP_KN_OFFSET, CGROUP_ROOT_HIERARCHY_ID_OFFSET, CGROUP_ROOT_OFFSET,
+        KERNFS_NODE_ID_OFFSET,
+    };
+    let root: *const u8 = field(cgroup, CGROUP_ROOT_OFFSET.load());
+    let kn: *const u8 = field(cgroup, CGROUP_KN_OFFSET.load());
+    (field(root, CGROUP_ROOT_HIERARCHY_ID_OFFSET.load()), field(kn, KERNFS_NODE_ID_OFFSET.load()))
+}
+
 /// `task->__state` (`state` before 5.14), for `sched_switch` where it has no `prev_state`
 /// argument (before 5.18).
 #[cfg(feature = "compat")]

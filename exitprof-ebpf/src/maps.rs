@@ -189,6 +189,18 @@ pub static NSPROXY_IPC_NS_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static WORK_FUNC_OFFSET: Global<u32> = Global::new(0);
 
+/// `offsetof(struct cgroup, root)`, `offsetof(struct cgroup_root, hierarchy_id)`,
+/// `offsetof(struct cgroup, kn)` and `offsetof(struct kernfs_node, id)`: a cgroup's hierarchy
+/// and id (`cgroup_id()`, since v5.5 its kernfs node's id).
+#[unsafe(no_mangle)]
+pub static CGROUP_ROOT_OFFSET: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub static CGROUP_ROOT_HIERARCHY_ID_OFFSET: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub static CGROUP_KN_OFFSET: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub static KERNFS_NODE_ID_OFFSET: Global<u32> = Global::new(0);
+
 /// Address of `free_ipc` (kallsyms): the work function that frees IPC namespaces.
 #[unsafe(no_mangle)]
 pub static FREE_IPC_ADDR: Global<u64> = Global::new(0);

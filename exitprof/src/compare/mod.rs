@@ -154,7 +154,6 @@ impl Comparer {
         // Before loading, as in a run: a signal from here on ends the comparison by its path.
         let signals = Signals::new()?;
         start::preflight()?;
-        start::bump_memlock();
         let mut probes = request.run.probes;
         if request.toggle == Condition::PointSet {
             probes.points = PointSet::Full;

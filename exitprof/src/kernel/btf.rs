@@ -218,6 +218,12 @@ pub struct KernelLayout {
     /// `task_struct.start_boottime` (v5.5+).
     pub task_start_boottime: u32,
     pub work_func: u32,
+    /// `cgroup.root`, `cgroup_root.hierarchy_id`, `cgroup.kn` and `kernfs_node.id`: a
+    /// cgroup's hierarchy and id.
+    pub cgroup_root: u32,
+    pub cgroup_root_hierarchy_id: u32,
+    pub cgroup_kn: u32,
+    pub kernfs_node_id: u32,
     /// `sched_process_exit(p, group_dead)` since v6.16; `(p)` before.
     pub exit_tp_group_dead: bool,
 }
@@ -225,7 +231,16 @@ pub struct KernelLayout {
 impl KernelLayout {
     pub fn read(btf: &KernelBtf) -> Result<Self, BtfError> {
         let exit_tp = tracepoint_typedef("sched_process_exit");
-        btf.look_up(&["task_struct", "nsproxy", "signal_struct", "work_struct", &exit_tp]);
+        btf.look_up(&[
+            "task_struct",
+            "nsproxy",
+            "signal_struct",
+            "work_struct",
+            "cgroup",
+            "cgroup_root",
+            "kernfs_node",
+            &exit_tp,
+        ]);
         let task = |field| btf.field_offset("task_struct", field);
         Ok(Self {
             task_pid: task("pid")?,
@@ -245,6 +260,10 @@ impl KernelLayout {
             task_state: task("__state").or_else(|_| task("state"))?,
             task_start_boottime: task("start_boottime")?,
             work_func: btf.field_offset("work_struct", "func")?,
+            cgroup_root: btf.field_offset("cgroup", "root")?,
+            cgroup_root_hierarchy_id: btf.field_offset("cgroup_root", "hierarchy_id")?,
+            cgroup_kn: btf.field_offset("cgroup", "kn")?,
+            kernfs_node_id: btf.field_offset("kernfs_node", "id")?,
             exit_tp_group_dead: btf.tracepoint_arg_count("sched_process_exit") >= 2,
         })
     }

@@ -9,6 +9,7 @@ use std::{
 
 use super::{
     arch::{self, Arch},
+    bpf_memory::BpfMemory,
     bpf_object::BpfObject,
     btf::{KernelBtf, KernelLayout, LoaderType},
     fentry_attach,
@@ -46,6 +47,9 @@ pub struct KernelFacts {
     pub kprobe_blacklist: HashSet<String>,
     /// The eBPF object this kernel loads.
     pub object: BpfObject,
+    /// Where the kernel charges the memory of BPF maps and programs; `Err(why)` when it could
+    /// not be told.
+    pub bpf_memory: Result<BpfMemory, String>,
 }
 
 impl KernelFacts {
@@ -69,6 +73,9 @@ impl KernelFacts {
         };
         let fentry = calibrate_fentry(btf.as_ref());
         let object = BpfObject::choose(btf.as_ref(), BpfObject::forced_by_environment());
+        let bpf_memory = BpfMemory::of_running_kernel().map_err(|e| {
+            format!("a map made to see where the kernel charges BPF memory failed: {e}")
+        });
         let layout = match &btf {
             Some(btf) => KernelLayout::read(btf).map_err(|e| e.to_string()),
             None => Err("kernel BTF is missing (is CONFIG_DEBUG_INFO_BTF on?)".to_owned()),
@@ -98,6 +105,7 @@ impl KernelFacts {
             ftrace_functions,
             kprobe_blacklist,
             object,
+            bpf_memory,
         })
     }
 }

@@ -1,9 +1,10 @@
-//! Facts about the running kernel: version, BTF, symbols, tracefs, what can be attached, and
-//! the order of `do_exit` on each version.
+//! Facts about the running kernel: version, BTF, symbols, tracefs, what can be attached, where
+//! BPF memory is charged, and the order of `do_exit` on each version.
 //!
 //! Imports nothing else of exitprof: every other folder may read it.
 
 pub mod arch;
+pub mod bpf_memory;
 pub mod bpf_object;
 pub mod btf;
 pub mod exit_path;

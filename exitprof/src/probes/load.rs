@@ -1,6 +1,6 @@
 //! Loads exitprof's eBPF object and attaches its programs as the probe plan says.
 
-use std::{os::fd::AsFd as _, path::Path, time::Instant};
+use std::{collections::HashMap, os::fd::AsFd as _, path::Path, time::Instant};
 
 use anyhow::{Context as _, bail};
 use aya::{
@@ -19,12 +19,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     base::UsageError,
-    kernel::{KernelFacts, btf::LoaderType},
+    kernel::{
+        KernelFacts,
+        bpf_memory::{BpfMemory, MemlockLimit},
+        btf::LoaderType,
+    },
     probes::{
         ProbeOptions, kprobe_events,
         kprobe_events::KprobeEvent,
+        memlock::{self, Need},
         plan::{How, Plan, Planned, SiteId},
-        prog_stats,
+        privileges, prog_stats,
     },
 };
 
@@ -182,6 +187,16 @@ pub fn load_and_attach(
     let trace_all = u32::from(options.trace_all);
     let block_walks = if options.probes.block_stacks { BLOCK_WALKS_PER_SEC } else { 0 };
     let stacks_bytes = stacks_ringbuf_bytes()?;
+    let max_entries = sized_maps(options, stacks_bytes);
+    let object = if compat { COMPAT_OBJECT } else { OBJECT };
+    let locked = lock_memory(facts, object, &max_entries, &programs_loaded(plan, options))?;
+    // A refusal said as the locked memory or the perf events it came from.
+    let explain = |e: anyhow::Error| {
+        privileges::explain_perf_refusal(match locked {
+            Some((need, limit)) => memlock::explain(e, need, limit),
+            None => e,
+        })
+    };
     let ebpf = EbpfLoader::new()
         .btf(Some(&btf))
         // Task storage, which aya loads without a typed wrapper of its own.
@@ -213,6 +228,14 @@ pub fn load_and_attach(
         .override_global(globals::NSPROXY_IPC_NS_OFFSET, &layout.nsproxy_ipc_ns, true)
         .override_global(globals::WORK_FUNC_OFFSET, &layout.work_func, true)
         .override_global(globals::FREE_IPC_ADDR, &free_ipc, true)
+        .override_global(globals::CGROUP_ROOT_OFFSET, &layout.cgroup_root, true)
+        .override_global(
+            globals::CGROUP_ROOT_HIERARCHY_ID_OFFSET,
+            &layout.cgroup_root_hierarchy_id,
+            true,
+        )
+        .override_global(globals::CGROUP_KN_OFFSET, &layout.cgroup_kn, true)
+        .override_global(globals::KERNFS_NODE_ID_OFFSET, &layout.kernfs_node_id, true)
         // The compat object's own settings.
         .override_global(compat_globals::TASK_STATE_OFFSET, &layout.task_state, compat)
         .override_global(
@@ -221,48 +244,88 @@ pub fn load_and_attach(
             compat,
         )
         .override_global(compat_globals::NS_PER_TICK, &ns_per_tick(), compat)
-        .map_max_entries(maps::EXITS, options.ringbuf_bytes)
-        .map_max_entries(maps::DEFERRED, DEFERRED_RINGBUF_BYTES)
-        .map_max_entries(maps::STACKS, stacks_bytes)
         .override_global(globals::EXIT_SLOT_MASK, &(options.exit_slots - 1), true)
-        .map_max_entries(maps::EXIT_SLOTS, options.exit_slots)
-        .map_max_entries(maps::EXIT_OWNERS, options.exit_slots)
-        .map_max_entries(maps::FREES_AWAITED, options.exit_slots)
-        .load(if compat { COMPAT_OBJECT } else { OBJECT })
-        .with_context(|| format!("loading exitprof's {} eBPF object", plan.object.name))?;
+        .map_max_entries(maps::EXITS, max_entries[maps::EXITS])
+        .map_max_entries(maps::DEFERRED, max_entries[maps::DEFERRED])
+        .map_max_entries(maps::STACKS, max_entries[maps::STACKS])
+        .map_max_entries(maps::EXIT_SLOTS, max_entries[maps::EXIT_SLOTS])
+        .map_max_entries(maps::EXIT_OWNERS, max_entries[maps::EXIT_OWNERS])
+        .map_max_entries(maps::FREES_AWAITED, max_entries[maps::FREES_AWAITED])
+        .load(object)
+        .with_context(|| format!("loading exitprof's {} eBPF object", plan.object.name))
+        .map_err(explain)?;
     kprobe_events::remove_stale(tracefs);
     let mut probes = Probes { kprobes: Vec::new(), ebpf, programs: Vec::new() };
     let mut attacher = Attacher { probes: &mut probes, btf: &btf, tracefs, options };
-    // The end of an exit first, so that no exit starts without its end being watched.
-    let mut order: Vec<&Planned> = plan.points.iter().collect();
-    order.sort_by_key(|p| p.site != SiteId::Marker(Marker::FinalSwitch));
-    for planned in order {
-        for (program, ret) in planned.programs() {
-            attacher.attach(program, planned.how, &planned.target, ret).with_context(|| {
-                format!("attaching {} {} (program {program})", planned.how, planned.target)
-            })?;
-        }
-    }
-    attacher
-        .attach(
-            programs::SCHED_PROCESS_EXEC,
-            How::BtfTracepoint,
-            programs::SCHED_PROCESS_EXEC,
-            false,
-        )
-        .context("attaching tp_btf sched_process_exec (follows a process taken over by exec)")?;
-    if options.probes.sample_hz > 0 {
-        attacher.attach_sampler(options.probes.sample_hz).context(
-            "attaching the sampling program to the cpu-clock of every CPU (--no-cpu-stacks \
-             goes without it)",
-        )?;
-    }
+    attacher.attach_plan(plan).map_err(explain)?;
     log::info!(
         "attached {} programs in {} ms",
         probes.programs.len(),
         started.elapsed().as_millis()
     );
     Ok(probes)
+}
+
+/// The maps sized at load time, and their entries: as the loader makes them, and as the locked
+/// memory they need is worked out.
+fn sized_maps(options: LoadOptions, stacks_bytes: u32) -> HashMap<&'static str, u32> {
+    HashMap::from([
+        (maps::EXITS, options.ringbuf_bytes),
+        (maps::DEFERRED, DEFERRED_RINGBUF_BYTES),
+        (maps::STACKS, stacks_bytes),
+        (maps::EXIT_SLOTS, options.exit_slots),
+        (maps::EXIT_OWNERS, options.exit_slots),
+        (maps::FREES_AWAITED, options.exit_slots),
+    ])
+}
+
+/// The programs `plan` loads (each once), with exec takeover's and the sampler's.
+fn programs_loaded(plan: &Plan, options: LoadOptions) -> Vec<&'static str> {
+    let mut programs: Vec<&str> =
+        plan.points.iter().flat_map(Planned::programs).map(|(program, _)| program).collect();
+    programs.push(programs::SCHED_PROCESS_EXEC);
+    if options.probes.sample_hz > 0 {
+        programs.push(programs::SAMPLE_CPU);
+    }
+    programs.sort_unstable();
+    programs.dedup();
+    programs
+}
+
+/// Where the kernel charges BPF memory to RLIMIT_MEMLOCK: what `object`'s maps (sized by
+/// `max_entries`) and `programs` need, and the limit raised for it ([`memlock::ensure`]), or the
+/// refusal; `None` where the kernel charges the memory cgroup.
+fn lock_memory(
+    facts: &KernelFacts,
+    object: &[u8],
+    max_entries: &HashMap<&str, u32>,
+    programs: &[&str],
+) -> anyhow::Result<Option<(Need, MemlockLimit)>> {
+    match &facts.bpf_memory {
+        Ok(BpfMemory::MemoryCgroup) => {
+            log::debug!(
+                "BPF memory is charged to the memory cgroup: RLIMIT_MEMLOCK does not apply"
+            );
+            Ok(None)
+        }
+        Ok(BpfMemory::Memlock) => {
+            let need = Need::of(object, max_entries, programs)
+                .context("working out the locked memory of the eBPF object")?;
+            let limit = memlock::ensure(need)?;
+            log::info!(
+                "BPF memory is charged to RLIMIT_MEMLOCK: the maps need {}, the programs about {}; the \
+                 limit is {}",
+                memlock::bytes(need.maps),
+                memlock::bytes(need.programs),
+                memlock::bytes(limit.soft)
+            );
+            Ok(Some((need, limit)))
+        }
+        Err(why) => {
+            log::warn!("{why}; loading without looking at RLIMIT_MEMLOCK");
+            Ok(None)
+        }
+    }
 }
 
 /// The deferred-work ring buffer: records of 48 bytes, a few per exit at most (reaps, one free
@@ -316,6 +379,31 @@ struct Attacher<'a> {
 }
 
 impl Attacher<'_> {
+    /// Attaches the plan's programs, the end of an exit first, so that no exit starts without
+    /// its end being watched; then exec takeover's, and the sampler.
+    fn attach_plan(&mut self, plan: &Plan) -> anyhow::Result<()> {
+        let mut order: Vec<&Planned> = plan.points.iter().collect();
+        order.sort_by_key(|p| p.site != SiteId::Marker(Marker::FinalSwitch));
+        for planned in order {
+            for (program, ret) in planned.programs() {
+                self.attach(program, planned.how, &planned.target, ret).with_context(|| {
+                    format!("attaching {} {} (program {program})", planned.how, planned.target)
+                })?;
+            }
+        }
+        let exec = programs::SCHED_PROCESS_EXEC;
+        self.attach(exec, How::BtfTracepoint, exec, false).context(
+            "attaching tp_btf sched_process_exec (follows a process taken over by exec)",
+        )?;
+        if self.options.probes.sample_hz > 0 {
+            self.attach_sampler(self.options.probes.sample_hz).context(
+                "attaching the sampling program to the cpu-clock of every CPU (--no-cpu-stacks \
+                 goes without it)",
+            )?;
+        }
+        Ok(())
+    }
+
     /// The sampling program on the software CPU clock of every online CPU, `hz` times a second.
     fn attach_sampler(&mut self, hz: u32) -> anyhow::Result<()> {
         let name = programs::SAMPLE_CPU;

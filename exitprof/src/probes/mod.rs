@@ -1,7 +1,7 @@
 //! Everything that touches the eBPF object: the probe plan for the running kernel, loading and
 //! attaching the programs, kprobe events in tracefs, the maps the programs fill (ring buffers,
-//! loss counters, stacks), the kernel's statistics of each program, and the privileges all of
-//! it needs.
+//! loss counters, stacks), the kernel's statistics of each program, and the privileges and
+//! locked memory all of it needs.
 //!
 //! Must not import `run`, `analysis`, `cli`, nor the presentation layer (`present`, `report`,
 //! `export`, `diff`): it knows how to probe, not what a run does with the records.
@@ -10,6 +10,7 @@ pub mod floor;
 pub mod kprobe_events;
 pub mod load;
 pub mod maps;
+pub mod memlock;
 pub mod plan;
 pub mod privileges;
 pub mod prog_stats;

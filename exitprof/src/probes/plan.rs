@@ -6,10 +6,9 @@
 //! tracepoints otherwise — or exactly the mode the user forced, failing clearly where it cannot
 //! work.
 
-use std::{collections::HashSet, fmt, path::Path};
+use std::{collections::HashSet, fmt};
 
 use exitprof_common::{
-    cgroup,
     names::{FunctionPrograms, programs},
     point::{ExitFn, Marker, Point},
 };
@@ -171,7 +170,7 @@ enum Hook {
     /// A tracepoint with a BTF prototype (`tp_btf`). Its program is named after it.
     BtfTracepoint(&'static str),
     /// A tracepoint attached by its category and name (`syscalls:` ones have no BTF prototype
-    /// of their own; `cgroup:` ones are read by their fields), and its program.
+    /// of their own), and its program.
     Tracepoint { category: &'static str, event: &'static str, program: &'static str },
 }
 
@@ -349,22 +348,10 @@ const SITES: &[Site] = &[
     ),
     site(TASK_FREE, Hook::BtfTracepoint(programs::SCHED_PROCESS_FREE)),
     // The workloads of exits.
-    site(
-        SiteId::Cgroup(CgroupSite::Made),
-        Hook::Tracepoint {
-            category: "cgroup",
-            event: "cgroup_mkdir",
-            program: programs::CGROUP_MKDIR,
-        },
-    ),
-    site(
-        SiteId::Cgroup(CgroupSite::Removed),
-        Hook::Tracepoint {
-            category: "cgroup",
-            event: "cgroup_rmdir",
-            program: programs::CGROUP_RMDIR,
-        },
-    ),
+    // BTF tracepoints, which need no perf event: Debian's and Ubuntu's kernels refuse
+    // `perf_event_open` without CAP_SYS_ADMIN at their default `perf_event_paranoid` of 3.
+    site(SiteId::Cgroup(CgroupSite::Made), Hook::BtfTracepoint(programs::CGROUP_MKDIR)),
+    site(SiteId::Cgroup(CgroupSite::Removed), Hook::BtfTracepoint(programs::CGROUP_RMDIR)),
 ];
 
 /// Where the kernel side releases the slot of an exit whose end was never seen, and reports the
@@ -689,25 +676,6 @@ fn look_up_types(facts: &KernelFacts, mode: AttachMode) {
     btf.look_up_probes(tracepoints.chain([programs::SCHED_PROCESS_EXEC]), functions);
 }
 
-/// Whether a `cgroup:` event keeps the fields the kernel side reads where it reads them (their
-/// layout since v5.5).
-fn cgroup_format_fits(tracefs: &Path, event: &str) -> Result<(), String> {
-    let path = tracefs.join("events/cgroup").join(event).join("format");
-    let format = std::fs::read_to_string(&path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let wanted = [
-        ("int root", cgroup::TP_ROOT_OFFSET),
-        ("u64 id", cgroup::TP_ID_OFFSET),
-        ("__data_loc char[] path", cgroup::TP_PATH_OFFSET),
-    ];
-    for (field, offset) in wanted {
-        if !format.contains(&format!("field:{field};\toffset:{offset};")) {
-            return Err(format!("{event} has no field `{field}` at offset {offset}"));
-        }
-    }
-    Ok(())
-}
-
 /// Why a function point cannot be probed, when the kernel lacks the mode altogether (said once,
 /// in the calibration, with the reason).
 const NO_FENTRY: &str = "no fentry on this kernel";
@@ -765,6 +733,11 @@ fn resolve_site(
         note,
     };
     match site.hook {
+        Hook::BtfTracepoint(_)
+            if matches!(site.id, SiteId::Cgroup(_)) && wants.group_by != Some(GroupBy::Cgroup) =>
+        {
+            Err("names the cgroups made and removed during a run: for --group-by cgroup".to_owned())
+        }
         Hook::BtfTracepoint(name) => {
             btf_tracepoint_usable(facts, site.id, name)?;
             Ok(planned(How::BtfTracepoint, name, None))
@@ -774,13 +747,6 @@ fn resolve_site(
              of the machine"
                 .to_owned(),
         ),
-        Hook::Tracepoint { category: "cgroup", .. } if wants.group_by != Some(GroupBy::Cgroup) => {
-            Err("names the cgroups made and removed during a run: for --group-by cgroup".to_owned())
-        }
-        Hook::Tracepoint { category: "cgroup", event, .. } => {
-            cgroup_format_fits(&facts.tracefs, event)?;
-            Ok(planned(How::Tracepoint, &format!("cgroup:{event}"), None))
-        }
         Hook::Tracepoint { category, event, .. } => {
             Ok(planned(How::Tracepoint, &format!("{category}:{event}"), None))
         }
@@ -873,7 +839,9 @@ fn pick_symbol(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::{arch, btf::KernelBtf, kallsyms::Kallsyms, version::KernelVersion};
+    use crate::kernel::{
+        arch, bpf_memory::BpfMemory, btf::KernelBtf, kallsyms::Kallsyms, version::KernelVersion,
+    };
 
     const WANTS: Wants = Wants {
         ipc_frees_via_kfree: false,
@@ -899,6 +867,7 @@ mod tests {
             ftrace_functions: None,
             kprobe_blacklist: HashSet::new(),
             object: BpfObject::default_object(),
+            bpf_memory: Ok(BpfMemory::MemoryCgroup),
         }
     }
 

@@ -2,6 +2,8 @@
 
 use std::fs;
 
+use super::kprobe_events::KprobeEventError;
+
 /// Capability numbers (include/uapi/linux/capability.h).
 pub const CAP_SYS_RESOURCE: u32 = 24;
 pub const CAP_SYS_ADMIN: u32 = 21;
@@ -51,6 +53,41 @@ fn effective_capabilities() -> u64 {
 pub fn has_capability(cap: u32) -> bool {
     let caps = effective_capabilities();
     caps & (1 << cap) != 0 || caps & (1 << CAP_SYS_ADMIN) != 0
+}
+
+/// `error`, from attaching, with why where the kernel refused a perf event (`EACCES`) to a process
+/// without CAP_SYS_ADMIN at a `kernel.perf_event_paranoid` above 2: the level Debian's and
+/// Ubuntu's kernels add, and default to, which opens no perf event to any other process (CAP_PERFMON
+/// is not enough). Kprobes, `syscalls:` tracepoints and the CPU sampler need perf events; fentry
+/// and BTF tracepoints do not.
+pub fn explain_perf_refusal(error: anyhow::Error) -> anyhow::Error {
+    use aya::programs::ProgramError;
+    let refused = |e: &std::io::Error| e.raw_os_error() == Some(libc::EACCES);
+    let perf_refused = error.chain().any(|cause| {
+        let aya = matches!(
+            cause.downcast_ref::<ProgramError>(),
+            Some(ProgramError::SyscallError(e)) if e.call.starts_with("perf_event_open") && refused(&e.io_error)
+        );
+        let kprobe = matches!(
+            cause.downcast_ref::<KprobeEventError>(),
+            Some(KprobeEventError::PerfOpen { source, .. }) if refused(source)
+        );
+        aya || kprobe
+    });
+    let paranoid: Option<i32> = fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|level| level.trim().parse().ok());
+    match paranoid {
+        Some(level) if perf_refused && level > 2 && !has_capability(CAP_SYS_ADMIN) => error
+            .context(format!(
+                "the kernel opens no perf event to this process: kernel.perf_event_paranoid is \
+                 {level}, at which Debian's and Ubuntu's kernels open them to CAP_SYS_ADMIN only \
+                 (CAP_PERFMON is not enough). Kprobes, syscall tracepoints and CPU samples need \
+                 them: use --attach fentry and --no-cpu-stacks, or set \
+                 kernel.perf_event_paranoid=2, or run as root"
+            )),
+        _ => error,
+    }
 }
 
 /// Fails with a message naming the missing capabilities, or the user namespace that withholds

@@ -23,7 +23,7 @@ use self::{
     collect::{Collected, Progress, collect_until},
     own_cost::{CostMeter, CpuTime, OwnCost},
     record::{Recorder, selection::Selected},
-    start::{Attached, Stop, bump_memlock, load_options, plan_for, preflight, prepare, start},
+    start::{Attached, Stop, load_options, plan_for, preflight, prepare, start},
 };
 use crate::{
     analysis::{
@@ -299,7 +299,6 @@ pub async fn run(request: &RunRequest, progress: &mut dyn Progress) -> anyhow::R
     if let Some(path) = &request.record {
         record::check_writable(path)?;
     }
-    bump_memlock();
     let (facts, plan) = plan_for(target, request.probes)?;
     let mut attached = Attached::new(&plan, &facts, load_options(&prepared, request))?;
 

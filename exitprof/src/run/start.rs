@@ -43,20 +43,6 @@ pub fn preflight() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Raises RLIMIT_MEMLOCK for kernels that still charge BPF maps to it (before v5.11); newer
-/// kernels charge the memory cgroup, so failing here is fine.
-pub fn bump_memlock() {
-    let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
-    // SAFETY: a valid rlimit struct.
-    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raw const unlimited) } != 0 {
-        log::debug!(
-            "could not raise RLIMIT_MEMLOCK ({}); fine on kernels >= 5.11, which charge BPF \
-             memory to the memory cgroup",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
 /// Calibrates the kernel and resolves the probe plan.
 pub fn plan(mode: AttachMode, wants: Wants) -> anyhow::Result<(KernelFacts, Plan)> {
     let tracefs = tracefs::ensure_mounted()?;

@@ -40,7 +40,7 @@ use crate::{
     run::{
         Losses, RunRequest,
         own_cost::enable_bpf_stats,
-        start::{Attached, bump_memlock, load_options, plan_for, preflight, prepare, start},
+        start::{Attached, load_options, plan_for, preflight, prepare, start},
     },
 };
 
@@ -101,7 +101,6 @@ async fn run(request: ServeRequest) -> anyhow::Result<()> {
     // Before anything is loaded: an address in use is the first thing a second instance meets.
     let listener =
         TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
-    bump_memlock();
     let (facts, plan) = plan_for(&run.target, run.probes)?;
     let mut attached = Attached::new(&plan, &facts, load_options(&prepared, &run))?;
     // Held until serve ends (or dies: the kernel turns the statistics off with the descriptor).

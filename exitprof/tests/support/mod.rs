@@ -2,6 +2,7 @@
 //! eBPF programs into the running kernel: root is required, and CI runs them as root.
 
 pub mod cgroups;
+pub mod confined;
 
 use std::process::{Child, Command, Output};
 
