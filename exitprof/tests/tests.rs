@@ -24,6 +24,7 @@ mod probe_effect;
 mod record;
 mod reliability;
 mod serve;
+mod side_by_side;
 mod slow_exits;
 mod threads_storm;
 mod workloads;

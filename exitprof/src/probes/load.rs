@@ -112,10 +112,7 @@ impl Probes {
     /// Probe hits the kernel dropped: kprobe misses (e.g. kretprobe instances exhausted) plus
     /// program runs skipped because another BPF program was running on the CPU.
     pub fn misses(&self) -> anyhow::Result<u64> {
-        let mut misses = 0;
-        for event in &self.kprobes {
-            misses += event.profile().context("reading kprobe_profile")?.1;
-        }
+        let mut misses = kprobe_events::misses(&self.kprobes).context("reading kprobe_profile")?;
         for name in &self.programs {
             misses += self.stats(name)?.recursion_misses;
         }

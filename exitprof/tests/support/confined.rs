@@ -1,7 +1,8 @@
 //! exitprof confined as it is deployed: root with only some capabilities, under a locked-memory
-//! limit, without new privileges (as systemd runs a unit, or a container runtime a container).
-//! Set up in the child between fork and exec, by the system calls themselves: the guests of the
-//! VM tests have neither `setpriv` nor `prlimit`.
+//! limit, without new privileges (as systemd runs a unit, or a container runtime a container);
+//! or as pid 1 of a PID namespace of its own (as a container without the host's PIDs). Set up
+//! in the child between fork and exec, by the system calls themselves: the guests of the VM
+//! tests have neither `setpriv` nor `prlimit` nor `unshare`.
 
 use std::{io, os::unix::process::CommandExt as _, process::Command};
 
@@ -101,6 +102,39 @@ pub fn effective_capabilities(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("a running process");
     let caps = status.lines().find_map(|l| l.strip_prefix("CapEff:")).expect("CapEff");
     u64::from_str_radix(caps.trim(), 16).expect("a hex mask")
+}
+
+/// Runs `command` as pid 1 of a new PID namespace: its child unshares the namespace and forks
+/// again; the grandchild, the namespace's first process, goes on to exec `command`, and the
+/// child waits for it and exits with its status. (`/proc` is left as it is.)
+pub fn in_new_pid_namespace(command: &mut Command) {
+    let prepare = || -> io::Result<()> {
+        // SAFETY: unshare, fork, close_range, waitpid and _exit, async-signal-safe, in the
+        // child std forked (single-threaded).
+        unsafe {
+            check(libc::unshare(libc::CLONE_NEWPID))?;
+            let pid = libc::fork();
+            if pid < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if pid == 0 {
+                return Ok(());
+            }
+            // Let go of every descriptor but the standard ones: std's spawn waits for the
+            // end of a pipe this process holds, which the grandchild closes as it execs.
+            libc::syscall(libc::SYS_close_range, 3, u32::MAX, 0);
+            let mut status = 0;
+            while libc::waitpid(pid, &raw mut status, 0) < 0 {}
+            let code = if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else {
+                128 + libc::WTERMSIG(status)
+            };
+            libc::_exit(code)
+        }
+    };
+    // SAFETY: the closure makes system calls only.
+    unsafe { command.pre_exec(prepare) };
 }
 
 fn check(rc: libc::c_int) -> io::Result<()> {

@@ -105,8 +105,13 @@ pub struct Watcher {
 impl Watcher {
     /// Starts exitprof with `--json args` and returns once it says it is watching.
     pub fn start(args: &[&str]) -> Self {
+        Self::start_command(exitprof(), args)
+    }
+
+    /// [`Watcher::start`] with `command`, exitprof as some confinement runs it.
+    pub fn start_command(mut command: Command, args: &[&str]) -> Self {
         use std::io::BufRead as _;
-        let mut child = exitprof()
+        let mut child = command
             .arg("--json")
             .args(args)
             .stdout(std::process::Stdio::piped())
@@ -127,9 +132,10 @@ impl Watcher {
         watcher
     }
 
-    /// Waits (30 s at most) for a line of stderr containing `needle`; returns it.
+    /// Waits (90 s at most: loading under emulation takes tens of seconds) for a line of stderr
+    /// containing `needle`; returns it.
     pub fn next_line_containing(&mut self, needle: &str) -> String {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
         let mut seen = Vec::new();
         while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
             match self.stderr.recv_timeout(left) {
@@ -150,6 +156,11 @@ impl Watcher {
     pub fn signal(&self, signal: i32) {
         // SAFETY: signalling our own child, which is not reaped before `finish`.
         unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
+
+    /// The process started (exitprof, or what runs it).
+    pub fn id(&self) -> u32 {
+        self.child.id()
     }
 
     /// Waits for exitprof to end; requires success and returns its JSON document.
@@ -272,6 +283,13 @@ pub fn exitprof_kprobe_events() -> Vec<String> {
         .flat_map(|text| text.lines().map(str::to_owned).collect::<Vec<_>>())
         .filter(|line| line.contains(":exitprof_"))
         .collect()
+}
+
+/// The group of the kprobe events of the exitprof of pid `pid` in this test's PID namespace.
+pub fn kprobe_group(pid: u32) -> String {
+    use std::os::linux::fs::MetadataExt as _;
+    let pidns = std::fs::metadata("/proc/self/ns/pid").expect("/proc/self/ns/pid").st_ino();
+    format!("exitprof_{pidns}_{pid}")
 }
 
 /// The tracefs instances on the machine.
@@ -420,7 +438,7 @@ pub fn assert_nothing_left(run: &Started) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     assert_unloaded(&run.held);
-    let group = format!(":exitprof_{}/", run.pid);
+    let group = format!(":{}/", kprobe_group(run.pid));
     let events: Vec<String> =
         exitprof_kprobe_events().into_iter().filter(|e| e.contains(&group)).collect();
     assert!(events.is_empty(), "kprobe events left: {events:?}");
