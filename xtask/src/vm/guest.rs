@@ -15,7 +15,8 @@ use super::{
 const MARKER: &str = "@@exitprof-vm";
 
 /// Busybox applets `/init` uses, linked into `/bin`.
-pub const APPLETS: &[&str] = &["sh", "mount", "cat", "uname", "poweroff", "true", "base64", "wc"];
+pub const APPLETS: &[&str] =
+    &["sh", "mount", "cat", "uname", "poweroff", "true", "base64", "wc", "ip"];
 
 /// The guest's `/init`: mounts what exitprof needs, runs every scenario, then the integration
 /// tests, writing the report to `report_tty`, and powers off.
@@ -28,6 +29,9 @@ mount -t devtmpfs devtmpfs /dev
 mount -t tracefs tracefs /sys/kernel/tracing
 # kprobes/blacklist, which exitprof reads to plan kprobes.
 mount -t debugfs debugfs /sys/kernel/debug
+# The unit's serve groups exits by cgroup (v2), and listens on loopback.
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+ip link set lo up
 exec 3>{report_tty}
 report() {{ echo; echo "{MARKER} $*"; }} >&3
 reported() {{

@@ -54,6 +54,11 @@ pub fn bring_back(
         c.fail(format!("writing {}: {e}", file.display()));
         return None;
     }
+    match kernel_words(&bytes) {
+        Ok(0) => c.figure("no kernel address".to_owned()),
+        Ok(n) => c.fail(format!("{} holds {n} 8-byte values in the kernel's half", file.display())),
+        Err(e) => c.fail(format!("decompressing {}: {e}", file.display())),
+    }
     let report = match exitprof_json(exitprof, &["report", "--json"], &[file]) {
         Ok(report) => report,
         Err(why) => {
@@ -69,6 +74,42 @@ pub fn bring_back(
         )),
     }
     Some(report)
+}
+
+/// How many values of a record lie in the kernel's half of the address space (none may: records
+/// keep frames as symbol + offset): the 8-byte words of its raw records, where their 64-bit
+/// fields lie, and the numbers of its opening and closing (JSON).
+fn kernel_words(record: &[u8]) -> std::io::Result<usize> {
+    use std::io::Read as _;
+    /// The magic and the format's version, before the gzip stream.
+    const HEADER: usize = 20;
+    const KERNEL_SPACE: u64 = 0xffff_8000_0000_0000;
+    fn in_json(value: &Value) -> usize {
+        match value {
+            Value::Number(n) => usize::from(n.as_u64().is_some_and(|n| n >= KERNEL_SPACE)),
+            Value::Array(values) => values.iter().map(in_json).sum(),
+            Value::Object(fields) => fields.values().map(in_json).sum(),
+            _ => 0,
+        }
+    }
+    let mut contents = Vec::new();
+    let stream = record.get(HEADER..).unwrap_or_default();
+    flate2::read::GzDecoder::new(stream).read_to_end(&mut contents)?;
+    let mut count = 0;
+    let mut at = 0;
+    while let Some(head) = contents.get(at..at + 5) {
+        let length = u32::from_le_bytes(head[1..].try_into().expect("4 bytes")) as usize;
+        let payload = contents.get(at + 5..at + 5 + length).unwrap_or_default();
+        count += match head[0] {
+            1 | 5 => serde_json::from_slice(payload).map_or(0, |json: Value| in_json(&json)),
+            _ => payload
+                .chunks_exact(8)
+                .filter(|w| u64::from_le_bytes((*w).try_into().expect("8 bytes")) >= KERNEL_SPACE)
+                .count(),
+        };
+        at += 5 + length;
+    }
+    Ok(count)
 }
 
 /// Diffs record A against record B on the host and checks the diff; keeps its text in `out`.

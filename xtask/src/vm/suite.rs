@@ -58,6 +58,21 @@ pub const GUEST_TESTS: &[GuestTests] = &[
     // arm64's share: the ground truth of the teardowns alone, in each mode.
     GuestTests { name: "teardowns-kprobe", attach: "kprobe", args: TEARDOWNS },
     GuestTests { name: "teardowns-fentry", attach: "fentry", args: TEARDOWNS },
+    // The unit's capabilities and LimitMEMLOCK, and the DaemonSet's capabilities, under a 64 KiB
+    // locked-memory limit: every exit recorded, or (without the unit's limit, where the kernel
+    // charges BPF memory to it) a clear refusal with nothing loaded.
+    GuestTests {
+        name: "deployed-limits",
+        attach: "auto",
+        args: &[
+            "deploy::the_units_privileges_and_limits_record_every_exit",
+            "deploy::without_the_units_memlock_limit",
+            "deploy::the_daemonsets_capabilities_suffice",
+        ],
+    },
+    // Three exitprof in kprobe mode at once, as pid 1 of PID namespaces of their own where the
+    // kernel's object allows: each counts its own misses, none removes another's live events.
+    GuestTests { name: "side-by-side", attach: "kprobe", args: &["side_by_side::"] },
 ];
 
 /// The ground truth, every test of it.
