@@ -5,8 +5,16 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::{
-    kernel::{KernelFacts, arch::Arch, bpf_object::BpfObject},
-    probes::plan::{AttachMode, Plan, Planned, Unplanned},
+    kernel::{
+        KernelFacts,
+        arch::Arch,
+        bpf_memory::{BpfMemory, MemlockLimit},
+        bpf_object::BpfObject,
+    },
+    probes::{
+        memlock::bytes,
+        plan::{AttachMode, Plan, Planned, Unplanned},
+    },
     report::table::TextTable,
 };
 
@@ -22,6 +30,9 @@ pub struct PlanDocument {
     pub fentry: String,
     pub btf: bool,
     pub tracefs: String,
+    /// Where the kernel charges BPF memory: `RLIMIT_MEMLOCK` (before 5.11) with the limit, the
+    /// memory cgroup, or why it could not be told.
+    pub bpf_memory: String,
     /// The eBPF object this kernel loads.
     pub object: BpfObject,
     pub points: Vec<Planned>,
@@ -42,6 +53,18 @@ impl PlanDocument {
             fentry: feature(&facts.fentry),
             btf: facts.layout.is_ok(),
             tracefs: facts.tracefs.display().to_string(),
+            bpf_memory: match &facts.bpf_memory {
+                Ok(BpfMemory::MemoryCgroup) => "the memory cgroup".to_owned(),
+                Ok(BpfMemory::Memlock) => match MemlockLimit::read() {
+                    Ok(limit) => format!(
+                        "RLIMIT_MEMLOCK, {} here (hard limit {})",
+                        bytes(limit.soft),
+                        bytes(limit.hard)
+                    ),
+                    Err(e) => format!("RLIMIT_MEMLOCK (unread: {e})"),
+                },
+                Err(why) => format!("unknown: {why}"),
+            },
             object: plan.object.clone(),
             points: plan.points.clone(),
             unavailable: plan.unavailable.clone(),
@@ -56,6 +79,7 @@ impl PlanDocument {
         let _ = writeln!(out, "fentry   {}", self.fentry);
         let _ = writeln!(out, "BTF      {}", if self.btf { "yes" } else { "no" });
         let _ = writeln!(out, "tracefs  {}", self.tracefs);
+        let _ = writeln!(out, "BPF memory charged to {}", self.bpf_memory);
         let _ = writeln!(out, "object   {}", self.object.describe());
         let _ = writeln!(out, "\nprobe points, in exit-path order ({}):", self.points.len());
         let mut table = TextTable::new(["point", "mode", "attached to", "note"]);
