@@ -34,6 +34,7 @@ pub fn deploy_file(name: &str) -> (PathBuf, String) {
         "exitprof.service" => include_str!("../../deploy/exitprof.service"),
         "daemonset.yaml" => include_str!("../../deploy/daemonset.yaml"),
         "prometheus.yml" => include_str!("../../deploy/prometheus.yml"),
+        "grafana-dashboard.json" => include_str!("../../deploy/grafana-dashboard.json"),
         _ => panic!("deploy/{name} is not built into the tests"),
     };
     (PathBuf::from("deploy").join(name), text.to_owned())
