@@ -26,5 +26,6 @@ mod reliability;
 mod serve;
 mod side_by_side;
 mod slow_exits;
+mod stages;
 mod threads_storm;
 mod workloads;

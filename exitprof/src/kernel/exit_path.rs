@@ -148,8 +148,10 @@ const EXIT_PATH: &[Entry] = &[
     always(enter(ExitFn::TaskWorkRun)),
     always(ret(ExitFn::TaskWorkRun)),
     always(enter(ExitFn::ExitThread)),
-    // Only when the task's FPU registers are live: not after the exit slept (v6.18+ skips it
-    // when TIF_NEED_FPU_LOAD is set), so it marks some exits and not others.
+    // Fired by fpu__drop for every exit before v6.16; since then only where the task's FPU
+    // registers are still live (TIF_NEED_FPU_LOAD clear: not switched out since it left user
+    // space), so the plan leaves it out there (`crate::probes::plan`). Kept on the path of
+    // every version for the records of runs that had it.
     always(m(Marker::X86FpuDropped)),
     always(ret(ExitFn::ExitThread)),
     kept(enter(ExitFn::PerfEventExitTask)),

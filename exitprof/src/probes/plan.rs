@@ -16,7 +16,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     groups::GroupBy,
-    kernel::{KernelFacts, bpf_object::BpfObject, exit_path::ExitPath, marker_name},
+    kernel::{
+        KernelFacts, bpf_object::BpfObject, exit_path::ExitPath, marker_name,
+        version::KernelVersion,
+    },
 };
 
 /// The attach mode asked for on the command line.
@@ -353,6 +356,18 @@ const SITES: &[Site] = &[
     site(SiteId::Cgroup(CgroupSite::Made), Hook::BtfTracepoint(programs::CGROUP_MKDIR)),
     site(SiteId::Cgroup(CgroupSite::Removed), Hook::BtfTracepoint(programs::CGROUP_RMDIR)),
 ];
+
+/// Since v6.16 `fpu__drop` returns before `x86_fpu_dropped` for a task whose FPU registers were
+/// saved since it last left user space (`TIF_NEED_FPU_LOAD`: it was switched out, preempted or
+/// asleep): the tracepoint marks an exit or not as the exit was scheduled. A stage bounded by it
+/// would cover different kernel work in different exits (the teardown of a preempted exit lands
+/// in a stage that also covers `exit_mm`, the others' in one that ends at `exit_thread`), and
+/// per-stage figures would be over different sets of exits: it is left out there. Before
+/// v6.16 it fires for every exit (5.10, 6.1 and 6.12 read alike).
+const FPU_DROP_SKIPPED_SINCE: KernelVersion = KernelVersion::new(6, 16, 0);
+const FPU_DROP_SKIPPED: &str = "fpu__drop skips it for an exit switched out since it left user \
+     space (TIF_NEED_FPU_LOAD, v6.16): a stage it bounded would depend on preemption, so it is \
+     left out and exit_thread's time is in the stage that ends at the exit's end";
 
 /// Where the kernel side releases the slot of an exit whose end was never seen, and reports the
 /// sampled frees: planned in every point set.
@@ -712,6 +727,9 @@ fn btf_tracepoint_usable(facts: &KernelFacts, site: SiteId, name: &str) -> Resul
     if reads_work_items && facts.kallsyms.address("free_ipc").is_none_or(|a| a == 0) {
         return Err("the address of free_ipc is not in kallsyms".to_owned());
     }
+    if site == SiteId::Marker(Marker::X86FpuDropped) && facts.version >= FPU_DROP_SKIPPED_SINCE {
+        return Err(FPU_DROP_SKIPPED.to_owned());
+    }
     if btf.has_tracepoint(name) {
         Ok(())
     } else {
@@ -839,9 +857,7 @@ fn pick_symbol(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::{
-        arch, bpf_memory::BpfMemory, btf::KernelBtf, kallsyms::Kallsyms, version::KernelVersion,
-    };
+    use crate::kernel::{arch, bpf_memory::BpfMemory, btf::KernelBtf, kallsyms::Kallsyms};
 
     const WANTS: Wants = Wants {
         ipc_frees_via_kfree: false,
@@ -887,6 +903,21 @@ ffffffff810000a0 T release_task
 
     fn how(plan: &Plan, site: SiteId) -> Option<(How, &str)> {
         plan.points.iter().find(|p| p.site == site).map(|p| (p.how, p.target.as_str()))
+    }
+
+    /// Where `fpu__drop` fires `x86_fpu_dropped` for some exits only (v6.16+), no stage is
+    /// bounded by it: its stages would depend on how each exit was scheduled.
+    #[test]
+    fn x86_fpu_dropped_bounds_a_stage_only_where_every_exit_reaches_it() {
+        let mut facts = facts(KALLSYMS_6_12, false, false);
+        let fpu = SiteId::Marker(Marker::X86FpuDropped);
+        let plan = Plan::resolve(&facts, AttachMode::Tracepoint, WANTS).unwrap();
+        assert_eq!(how(&plan, fpu), Some((How::BtfTracepoint, "x86_fpu_dropped")));
+        facts.version = KernelVersion::new(6, 16, 0);
+        let plan = Plan::resolve(&facts, AttachMode::Tracepoint, WANTS).unwrap();
+        assert_eq!(how(&plan, fpu), None);
+        let left_out = plan.unavailable.iter().find(|u| u.point == fpu.name()).unwrap();
+        assert!(left_out.reason.contains("TIF_NEED_FPU_LOAD"), "{}", left_out.reason);
     }
 
     #[test]
