@@ -24,7 +24,7 @@ use crate::{
     },
     maps::{TARGET_COMM, TRACE_ALL, add, count},
     marks::{mark, set_mark},
-    task_storage::{Task, current_task},
+    task_storage::Task,
 };
 
 /// Generations of parents looked through for a mark: many times what a storm (1), a build under
@@ -45,21 +45,27 @@ pub enum Following {
     Target,
     NotTarget,
     /// No mark was found within [`ANCESTRY_DEPTH`] generations, and neither `--all` nor
-    /// `--comm` chose it: it may have descended from a followed process.
+    /// `--comm` chose it (`--comm` decides every exit): it may have descended from a followed
+    /// process.
     Undecided,
 }
 
 /// Whether the exit of `task`, which is opening, is part of the target.
 #[inline(always)]
 pub fn following(task: Task) -> Following {
+    let by_name = follows_by_name() && TRACE_ALL.load() == 0;
+    // Chosen by name, a task of another name is not the target, whatever its ancestry: it is
+    // known at once, never undecided, and the exits of the rest of the machine pay no walk.
+    if by_name && !is_target_comm(task_comm(task)) {
+        return Following::NotTarget;
+    }
     let (follow, decided) = follow_of(task);
     match follow {
         FOLLOWED => Following::Target,
         // A driver's own exit, and exitprof's, are never part of the target.
         DRIVER | EXCLUDED => Following::NotTarget,
-        _ if TRACE_ALL.load() != 0 || (follows_by_name() && current_comm_is_target()) => {
-            Following::Target
-        }
+        // Its name is the target's: the walk only looked for exitprof's own mark.
+        _ if TRACE_ALL.load() != 0 || by_name => Following::Target,
         _ if decided => Following::NotTarget,
         _ => Following::Undecided,
     }
@@ -249,11 +255,6 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> i32 {
 #[inline(always)]
 fn follows_by_name() -> bool {
     TARGET_COMM.load()[0] != 0
-}
-
-#[inline(always)]
-fn current_comm_is_target() -> bool {
-    is_target_comm(task_comm(current_task()))
 }
 
 /// Whether a task name is `TARGET_COMM`.

@@ -104,3 +104,29 @@ fn watching_all_exits_counts_none_of_a_deep_tree_as_unknown() {
     let recorded = num(&doc, "exits_recorded");
     assert!(recorded >= f64::from(DEEP), "{recorded} exits recorded, the chain alone made {DEEP}");
 }
+
+/// Watching exits by name, an exit of another name is not the target, whatever its ancestry: a
+/// chain deeper than the walk up the ancestry beside it is neither recorded nor lost (it was
+/// counted "not known to be followed"), and its own name's exits are all recorded.
+#[test]
+fn watching_by_name_counts_no_exit_of_another_name_as_lost() {
+    require_root();
+    let name = format!("xn{}", std::process::id());
+    let watcher = Watcher::start(&["--comm", &name, "--duration", "3"]);
+    let status = std::process::Command::new(c_program("deep_tree"))
+        .arg(DEEP.to_string())
+        .status()
+        .expect("deep_tree runs");
+    assert!(status.success(), "deep_tree {DEEP} failed: {status}");
+    // Three exits of the name watched: a program's name is its file's.
+    let dir = tempfile::tempdir().unwrap();
+    let named = dir.path().join(&name);
+    std::os::unix::fs::symlink("/bin/true", &named).unwrap();
+    for _ in 0..3 {
+        assert!(std::process::Command::new(&named).status().expect("true runs").success());
+    }
+    let doc = watcher.finish();
+    assert_eq!(num(&doc["losses"], "follow_unknown"), 0.0, "{}", doc["losses"]);
+    assert_eq!(num(&doc, "lost"), 0.0, "{}", doc["losses"]);
+    assert_eq!(num(&doc, "exits_recorded"), 3.0, "{}", doc["losses"]);
+}
