@@ -50,6 +50,8 @@ pub mod globals {
     names! {
         /// Record every exit on the machine (non-zero: on).
         TRACE_ALL,
+        /// Await and report the frees of a sample of recorded exits (non-zero: on).
+        AWAIT_FREES,
         /// Kernel stacks walked per second and CPU where exits block, at most (0: none).
         BLOCK_WALKS_PER_SEC,
         /// Unread bytes of each ring buffer above which a new record wakes userspace.

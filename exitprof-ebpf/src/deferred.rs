@@ -18,7 +18,7 @@ use aya_ebpf::{
 };
 use exitprof_common::{
     counters,
-    deferred::{DeferredKind, DeferredRecord, is_free_sampled},
+    deferred::{DeferredKind, DeferredRecord},
 };
 
 use crate::{
@@ -26,8 +26,8 @@ use crate::{
     free_watch::{is_watched, unwatch},
     helpers::{current_pid, now_ns, read_at, task_pid_tgid},
     maps::{
-        DEFERRED, DEFERRED_WAKEUP_BYTES, FREE_IPC_ADDR, FREES_AWAITED, TASK_PID_OFFSET,
-        WORK_FUNC_OFFSET, count, stopped, wakeup_flag,
+        AWAIT_FREES, DEFERRED, DEFERRED_WAKEUP_BYTES, FREE_IPC_ADDR, FREES_AWAITED,
+        TASK_PID_OFFSET, WORK_FUNC_OFFSET, count, stopped, wakeup_flag,
     },
     marks, refusals,
     task_storage::Task,
@@ -295,11 +295,13 @@ pub fn sys_exit_wait4(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// `sched_process_free(struct task_struct *p)`, from the RCU callback that frees a task: the
-/// free of a task whose exit was recorded (one in `FREES_SAMPLED`) is reported. An exit still
-/// open when its task is freed never showed its end (it began before a probe it needed was
-/// attached, say): it is counted lost and its slot released, for the next exit that needs it.
-/// A refused exit's task is forgotten.
+/// `sched_process_free(struct task_struct *p)`, from the RCU callback that frees a task (after
+/// its final switch-out: `delayed_put_task_struct`, called once the task is dead and reaped).
+/// The free of a task whose exit was recorded, and is awaited (one in `FREES_SAMPLED`), is
+/// reported. The rest is for exits whose final switch-out went unseen: an exit still open when
+/// its task is freed never showed its end (it began before a probe it needed was attached, say),
+/// it is counted lost and its slot released, for the next exit that needs it; a refused exit's
+/// task is forgotten. Each is looked for: nothing kept for a task may outlive it.
 #[btf_tracepoint]
 pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
     // The task's address as a number: the context's first argument read as plain memory.
@@ -310,25 +312,23 @@ pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
     }
     let task: Task = ctx.arg(0);
     let key = key(task);
-    let (pid, tgid) = task_pid_tgid(task);
-    // Only a sample's frees are awaited, by the pid the exit had: a leader's pid changes if
-    // another thread execs, and was its tgid. Most tasks freed are not in the sample.
     // SAFETY: the value is copied out at once.
-    let awaited = (is_free_sampled(pid) || is_free_sampled(tgid))
-        .then(|| unsafe { FREES_AWAITED.get(key) }.copied())
-        .flatten();
-    if let Some(pid) = awaited {
+    let awaited = (AWAIT_FREES.load() != 0).then(|| unsafe { FREES_AWAITED.get(key) }.copied());
+    if let Some(pid) = awaited.flatten() {
         let now = now_ns();
         emit(DeferredKind::TaskFreed, now, now, u64::from(pid), 0);
         if FREES_AWAITED.remove(key).is_ok() {
             unwatch(address);
         }
-    } else if let Some(slot) = slot_of(key, pid, tgid) {
+    }
+    let (pid, tgid) = task_pid_tgid(task);
+    if let Some(slot) = slot_of(key, pid, tgid) {
         if let Some(state) = slot.state() {
             end_lost(state, counters::STALE_RECORD);
         }
         slot.release(address);
-    } else if refusals::forget(key) {
+    }
+    if refusals::forget(key) {
         unwatch(address);
     }
     0

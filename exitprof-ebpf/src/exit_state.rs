@@ -3,6 +3,7 @@
 //! final switch-out.
 
 use aya_ebpf::{
+    bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_cgroup_id, bpf_get_smp_processor_id},
     macros::map,
     maps::Array,
@@ -22,15 +23,15 @@ use crate::{
     follow::{Following, following, forget_heir},
     free_watch::{current_address, is_watched, unwatch, watch},
     helpers::{
-        current_ns_pid_tgid, current_pid_tgid, group_live, ipc_ns, is_exiting, now_ns,
+        EEXIST, current_ns_pid_tgid, current_pid_tgid, group_live, ipc_ns, is_exiting, now_ns,
         process_comm, task_comm, task_pid_tgid,
     },
     maps::{
-        EXIT_SLOT_MASK, EXIT_SLOTS, EXITS, EXITS_WAKEUP_BYTES, FREES_AWAITED, add, count, epoch,
-        stopped, wakeup_flag,
+        AWAIT_FREES, EXIT_SLOT_MASK, EXIT_SLOTS, EXITS, EXITS_WAKEUP_BYTES, FREES_AWAITED, add,
+        count, epoch, stopped, wakeup_flag,
     },
     owners::{claim, clear, owner},
-    refusals::{refuse, was_refused},
+    refusals::{forget, refuse, was_refused},
     sched::back_on_cpu,
     task_storage::{Task, current_task},
 };
@@ -356,7 +357,8 @@ pub fn end_lost(state: &mut ExitState, cause: u32) {
 }
 
 /// Ends the exit of `task` at its final switch-out: sends its record and releases its slot.
-/// The free of one task in [`FREES_SAMPLED`] is awaited, to be reported.
+/// Where frees are reported ([`AWAIT_FREES`]), the free of one task in
+/// [`exitprof_common::deferred::FREES_SAMPLED`] is awaited.
 #[inline(always)]
 pub fn finish_exit(task: Task, slot: Slot, state: &mut ExitState, now: u64) {
     returned_unseen(state, now);
@@ -378,13 +380,35 @@ pub fn finish_exit(task: Task, slot: Slot, state: &mut ExitState, now: u64) {
     }
     // After the record is in the ring buffer: userspace that sees the count also finds it.
     count(counters::EXITS_ENDED);
-    if is_free_sampled(pid) {
-        if FREES_AWAITED.insert(key(task), pid, 0).is_ok() {
-            watch(address);
-        } else {
-            count(counters::DEFERRED_STATE_FULL);
-        }
+    if AWAIT_FREES.load() != 0 && is_free_sampled(pid) {
+        await_free(key(task), address, pid);
     }
+}
+
+/// The free of the task `key` (at `address`), whose exit was recorded with pid `pid`, is
+/// awaited. An entry already there is an earlier task's at the same address, whose free went
+/// unseen: it is replaced, and the address is watched once for both.
+#[inline(always)]
+fn await_free(key: u64, address: u64, pid: u32) {
+    match FREES_AWAITED.insert(key, pid, u64::from(BPF_NOEXIST)) {
+        Ok(()) => watch(address),
+        Err(e) if e == -EEXIST && FREES_AWAITED.insert(key, pid, 0).is_ok() => {}
+        Err(_) => count(counters::DEFERRED_STATE_FULL),
+    }
+}
+
+/// The current task, `task`, at `address`, switches out for good, its exit not recorded
+/// (refused, or not followed): nothing of it may outlive it, as nothing of a recorded exit does
+/// ([`finish_exit`]). Its refusal, if it was refused, is forgotten now (no later point of its
+/// exit can come); when it was its process's last live thread, a mark waiting for a thread to
+/// take the process over by exec is dropped. (Its free forgets a refusal too, and releases a
+/// slot: for exits whose end went unseen.)
+#[inline(always)]
+pub fn unrecorded_exit_ends(task: Task, address: u64) {
+    if is_watched(address) && forget(address) {
+        unwatch(address);
+    }
+    forget_heir(task);
 }
 
 /// Sends the record of an exit that has ended (or counts it lost, the ring buffer full).

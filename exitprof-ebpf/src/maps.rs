@@ -37,6 +37,11 @@ pub static EXIT_SLOT_MASK: Global<u32> = Global::new(4095);
 #[map]
 pub static FREES_AWAITED: HashMap<u64, u32> = HashMap::with_max_entries(4096, 0);
 
+/// Non-zero where the frees of recorded exits are reported (a run's deferred work); zero where
+/// nothing would read their records (`serve`), and none is awaited.
+#[unsafe(no_mangle)]
+pub static AWAIT_FREES: Global<u32> = Global::new(0);
+
 /// Finished exit records, to userspace. Resized by userspace at load time.
 #[map]
 pub static EXITS: RingBuf = RingBuf::with_byte_size(16 * 1024 * 1024, 0);

@@ -1,6 +1,7 @@
 //! Exits of the target that could not be recorded: each is counted lost once, at the first
-//! point that refuses it, and remembered until its task is freed, so that no later point of the
-//! same exit opens a record for it (which would be recorded *and* lost) or counts it again.
+//! point that refuses it, and remembered until its task switches out for good (or, where that
+//! went unseen, until it is freed), so that no later point of the same exit opens a record for
+//! it (which would be recorded *and* lost) or counts it again.
 
 use aya_ebpf::{bindings::BPF_NOEXIST, macros::map, maps::HashMap};
 use exitprof_common::counters;
@@ -12,11 +13,11 @@ use crate::{
 };
 
 /// Refused exits, by their task's address: the refused task's pid. An address names a task only
-/// while it lives, and the free that forgets a refusal can go unseen, so the pid tells a refusal
-/// of this exit from one an earlier task at the same address left behind (two live tasks never
-/// share a pid; a dead one's pid and address reused together is beyond a run's reach). Refusals
-/// are rare (the slots are full, or a task's following cannot be decided) and last only while
-/// the exit does; many times the exits that can be in progress at once fit.
+/// while it lives, and the end and the free that forget a refusal could both go unseen, so the
+/// pid tells a refusal of this exit from one an earlier task at the same address left behind
+/// (two live tasks never share a pid; a dead one's pid and address reused together is beyond a
+/// run's reach). Refusals are rare (the slots are full, or a task's following cannot be decided)
+/// and last only while the exit does; many times the exits that can be in progress at once fit.
 #[map]
 static EXIT_REFUSED: HashMap<u64, u32> = HashMap::with_max_entries(16384, 0);
 
@@ -56,7 +57,8 @@ pub fn was_refused(address: u64) -> bool {
     false
 }
 
-/// The task at `address` is freed: its refusal, if it had one, is forgotten. Whether it had one.
+/// The task at `address` switched out for good, or is freed: its refusal, if it had one, is
+/// forgotten. Whether it had one.
 #[inline(always)]
 pub fn forget(address: u64) -> bool {
     EXIT_REFUSED.remove(address).is_ok()

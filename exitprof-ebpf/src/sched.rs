@@ -15,7 +15,9 @@ use exitprof_common::{
 use crate::{
     exit_state::{
         ExitState, OFF_RUNNABLE, early_exits, exit_slot, exit_state, finish_exit, leave_early,
+        unrecorded_exit_ends,
     },
+    free_watch::current_address,
     helpers::{is_exiting, now_ns},
     maps::{BLOCK_WALKS_PER_SEC, STACKS, STACKS_WAKEUP_BYTES, count, wakeup_flag},
     task_storage::Task,
@@ -68,9 +70,16 @@ pub fn sched_switch_floor(_ctx: BtfTracePointContext) -> i32 {
 /// (`__sched` code), which say where it waits.
 #[inline(always)]
 fn switch_out(ctx: &BtfTracePointContext, prev: Task, preempt: bool, prev_state: u32, now: u64) {
-    let Some(slot) = exit_slot(prev) else { return };
-    let Some(state) = slot.state() else { return };
-    if prev_state & TASK_DEAD != 0 {
+    let dead = prev_state & TASK_DEAD != 0;
+    let slot = exit_slot(prev);
+    let Some((slot, state)) = slot.and_then(|slot| Some((slot, slot.state()?))) else {
+        // An exit not recorded (refused, or not followed) ends too.
+        if dead {
+            unrecorded_exit_ends(prev, current_address());
+        }
+        return;
+    };
+    if dead {
         finish_exit(prev, slot, state, now);
         return;
     }

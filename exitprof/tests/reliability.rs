@@ -479,7 +479,9 @@ const SLOT_RACE_RUNS: usize = 12;
 /// (the loser's exit would go unrecorded and uncounted, or leave a slot "in progress" for good).
 /// Refused exits come by the thousand here, so a task reusing the address of a refused one whose
 /// free went unseen is common enough: believing that refusal hid the new exit from both counts
-/// (1 to 54 exits in about 1 two-slot run in 12 on 6.18).
+/// (1 to 54 exits in about 1 two-slot run in 12 on 6.18). Found stale, none is left now (about 10
+/// were in half the runs, those of tasks refused while exitprof attached, freed before the
+/// program on their free was).
 #[test]
 fn exits_racing_for_few_slots_are_recorded_or_lost_once_each() {
     require_root();
@@ -498,11 +500,18 @@ fn exits_racing_for_few_slots_are_recorded_or_lost_once_each() {
             (doc["exits_recorded"].as_u64().unwrap(), doc["lost"].as_u64().unwrap());
         let losses = &doc["losses"];
         eprintln!("{slots} slot(s): {recorded} recorded + {lost} lost of {expected}: {losses}");
+        // A refusal found at another task's address: the refused task's end and free both
+        // went unseen.
+        let stale = &doc["diagnostics"]["stale_refusals"];
         if recorded + lost != expected
             || losses["unfinished"] != 0
             || losses["state_map_full"] != lost
+            || stale != 0
         {
-            seen.push(format!("run {run}, {slots} slot(s): {recorded} recorded + {lost} lost of {expected} ({losses})"));
+            seen.push(format!(
+                "run {run}, {slots} slot(s): {recorded} recorded + {lost} lost of {expected} \
+                 ({losses}), {stale} stale refusals"
+            ));
         }
         assert!(lost > 0, "{slots} slot(s) held 8000 exits: nothing was tested");
     }

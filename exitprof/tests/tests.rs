@@ -27,5 +27,6 @@ mod serve;
 mod side_by_side;
 mod slow_exits;
 mod stages;
+mod state;
 mod threads_storm;
 mod workloads;

@@ -27,8 +27,9 @@ use crate::{
     probes::{
         ProbeOptions, kprobe_events,
         kprobe_events::KprobeEvent,
+        maps::set_stopped,
         memlock::{self, Need},
-        plan::{How, Plan, Planned, SiteId},
+        plan::{DeferredSite, How, Plan, Planned, SiteId},
         privileges, prog_stats,
     },
 };
@@ -80,6 +81,9 @@ pub struct LoadOptions {
     pub trace_all: bool,
     /// Record the exits of tasks with this name (NUL-padded; all zero: none).
     pub target_comm: [u8; COMM_LEN],
+    /// Await and report the frees of a sample of recorded exits (a run's deferred work; serve
+    /// reads none).
+    pub await_frees: bool,
     /// Size of the exit-record ring buffer.
     pub ringbuf_bytes: u32,
     /// Slots for exits in progress, preallocated in the kernel: a power of two.
@@ -182,6 +186,7 @@ pub fn load_and_attach(
     ensure_compat_can_follow(compat, pidns_ino)?;
     let exit_tp_group_dead = u32::from(layout.exit_tp_group_dead);
     let trace_all = u32::from(options.trace_all);
+    let await_frees = u32::from(options.await_frees);
     let block_walks = if options.probes.block_stacks { BLOCK_WALKS_PER_SEC } else { 0 };
     let stacks_bytes = stacks_ringbuf_bytes()?;
     let max_entries = sized_maps(options, stacks_bytes);
@@ -199,6 +204,7 @@ pub fn load_and_attach(
         // Task storage, which aya loads without a typed wrapper of its own.
         .allow_unsupported_maps()
         .override_global(globals::TRACE_ALL, &trace_all, true)
+        .override_global(globals::AWAIT_FREES, &await_frees, true)
         .override_global(globals::BLOCK_WALKS_PER_SEC, &block_walks, true)
         .override_global(globals::PIDNS_DEV, &pidns_dev, true)
         .override_global(globals::PIDNS_INO, &pidns_ino, true)
@@ -253,6 +259,9 @@ pub fn load_and_attach(
         .map_err(explain)?;
     kprobe_events::remove_stale(tracefs);
     let mut probes = Probes { kprobes: Vec::new(), ebpf, programs: Vec::new() };
+    // No exit opens, nor is refused, until a run begins (`maps::begin_run`): none is counted
+    // while the programs are attached, none of an earlier instant is this run's.
+    set_stopped(&mut probes.ebpf, true)?;
     let mut attacher = Attacher { probes: &mut probes, btf: &btf, tracefs, options };
     attacher.attach_plan(plan).map_err(explain)?;
     log::info!(
@@ -379,8 +388,17 @@ impl Attacher<'_> {
     /// Attaches the plan's programs, the end of an exit first, so that no exit starts without
     /// its end being watched; then exec takeover's, and the sampler.
     fn attach_plan(&mut self, plan: &Plan) -> anyhow::Result<()> {
+        // The end of an exit and the free of its task first: no state is kept for an exit whose
+        // end or free would go unseen. (Attached after a point that refuses exits, the free
+        // missed the frees of tasks refused while the rest attached, which left their refusals
+        // for good: 10 or so a run where other processes on the machine exit deeper than the
+        // ancestry walk looks.)
         let mut order: Vec<&Planned> = plan.points.iter().collect();
-        order.sort_by_key(|p| p.site != SiteId::Marker(Marker::FinalSwitch));
+        order.sort_by_key(|p| match p.site {
+            SiteId::Marker(Marker::FinalSwitch) => 0,
+            SiteId::Deferred(DeferredSite::TaskFree) => 1,
+            _ => 2,
+        });
         for planned in order {
             for (program, ret) in planned.programs() {
                 self.attach(program, planned.how, &planned.target, ret).with_context(|| {

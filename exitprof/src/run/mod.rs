@@ -303,6 +303,7 @@ pub async fn run(request: &RunRequest, progress: &mut dyn Progress) -> anyhow::R
     let mut attached = Attached::new(&plan, &facts, load_options(&prepared, request))?;
 
     let mut session = Session::new(&plan, request.groups);
+    let (losses_before, misses_before) = attached.kernel_losses()?;
     if let Some(threshold) = request.slower_than {
         let ns = u64::try_from(threshold.as_nanos()).unwrap_or(u64::MAX);
         session.keep_exits(Pick::SlowerThan(ns));
@@ -342,6 +343,8 @@ pub async fn run(request: &RunRequest, progress: &mut dyn Progress) -> anyhow::R
     let collecting = CpuTime::now().since(cpu_before);
     let kernel_cost = cost_meter.map(|meter| meter.stop(&attached.probes)).transpose()?;
     let (kernel_losses, probe_misses) = attached.kernel_losses()?;
+    let (kernel_losses, probe_misses) =
+        (kernel_losses.since(&losses_before), probe_misses.saturating_sub(misses_before));
     let symbols = attached.symbols.clone();
     attached.detach();
 

@@ -251,6 +251,7 @@ pub fn load_options(prepared: &Prepared, request: &RunRequest) -> LoadOptions {
             Prepared::Comm(comm) => *comm,
             _ => [0; COMM_LEN],
         },
+        await_frees: true,
         ringbuf_bytes: request.ringbuf_bytes.unwrap_or_else(|| ringbuf_bytes_for(prepared)),
         exit_slots: request.exit_slots.unwrap_or_else(|| exit_slots_for(prepared)),
         probes: request.probes,

@@ -35,7 +35,7 @@ use crate::{
         signals::{Signals, signal_name},
     },
     groups::{GroupOptions, Groups},
-    probes::ProbeOptions,
+    probes::{ProbeOptions, load::LoadOptions},
     profiled::Target,
     run::{
         Losses, RunRequest,
@@ -102,7 +102,9 @@ async fn run(request: ServeRequest) -> anyhow::Result<()> {
     let listener =
         TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
     let (facts, plan) = plan_for(&run.target, run.probes)?;
-    let mut attached = Attached::new(&plan, &facts, load_options(&prepared, &run))?;
+    // Deferred work is not served: no free is awaited for a report nobody reads.
+    let options = LoadOptions { await_frees: false, ..load_options(&prepared, &run) };
+    let mut attached = Attached::new(&plan, &facts, options)?;
     // Held until serve ends (or dies: the kernel turns the statistics off with the descriptor).
     let _stats = bpf_stats.then(enable_bpf_stats).transpose()?;
     let labels = Arc::new(Labels { kernel: plan.kernel.clone(), attach: plan.mode.to_string() });

@@ -26,7 +26,8 @@ use self::{
     served::{Served, exchange, named_storm},
 };
 use crate::support::{
-    BpfIds, KilledOnDrop, Watcher, assert_unloaded, cgroups::TestCgroups, num, require_root,
+    BpfIds, HeldMaps, KilledOnDrop, Watcher, assert_unloaded, cgroups::TestCgroups, num,
+    require_root,
 };
 
 /// The fixed bucket bounds of exitprof_exit_stage_latency_seconds, in ns: 1-2-5 per decade from
@@ -528,4 +529,32 @@ fn bpf_stats_export_each_programs_runs_and_time() {
     assert!(!body.contains("exitprof_bpf_program"), "statistics served without --bpf-stats");
     plain.signal(libc::SIGINT);
     assert!(plain.finish().0.success());
+}
+
+/// serve reports no deferred work: it awaits no task's free (a run reports one in 16 of them).
+/// Looked at through a storm, its map of awaited frees stays empty.
+#[test]
+fn serve_awaits_no_free() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let name = task_name("f");
+    let served = Served::start(dir.path(), &["--comm", &name]);
+    let mut storm = KilledOnDrop::new(
+        named_storm(dir.path(), &name, &["fork", "--count", "3000"]).spawn().unwrap(),
+    );
+    let (mut looks, mut most) = (0, 0);
+    while storm.child().try_wait().unwrap().is_none() {
+        most = most.max(HeldMaps::of(served.pid()).entries("FREES_AWAITED").len());
+        looks += 1;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    wait_for_storm(storm);
+    let recorded = served.figure("exitprof_exits_recorded_total");
+    eprintln!(
+        "{looks} looks through the storm, {recorded} exits recorded so far: at most {most} frees awaited"
+    );
+    assert!(looks > 10 && recorded > 0.0, "the storm was not looked through");
+    assert_eq!(most, 0, "serve awaited frees");
+    served.signal(libc::SIGINT);
+    assert!(served.finish().0.success());
 }

@@ -579,3 +579,72 @@ pub fn file_names(dir: &std::path::Path) -> Vec<String> {
     names.sort();
     names
 }
+
+/// The maps a process holds, read from outside through their ids: exitprof's state in the
+/// kernel, as a test checks it.
+pub struct HeldMaps(Vec<aya::maps::MapInfo>);
+
+impl HeldMaps {
+    pub fn of(pid: u32) -> Self {
+        let ids = BpfIds::held_by(pid).maps;
+        Self(ids.into_iter().filter_map(|id| aya::maps::MapInfo::from_id(id).ok()).collect())
+    }
+
+    /// Every entry of the map named `name` (as the kernel keeps names: 15 bytes at most), its
+    /// key and value as bytes; every slot of an array.
+    pub fn entries(&self, name: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+        use std::os::fd::{AsFd as _, AsRawFd as _};
+        let info = self
+            .0
+            .iter()
+            .find(|m| m.name_as_str() == Some(name))
+            .unwrap_or_else(|| panic!("no map named {name} is held"));
+        let fd = info.fd().unwrap_or_else(|e| panic!("opening map {name}: {e}"));
+        let fd = fd.as_fd().as_raw_fd();
+        let (mut key, mut next) =
+            (vec![0u8; info.key_size() as usize], vec![0u8; info.key_size() as usize]);
+        let mut entries = Vec::new();
+        // BPF_MAP_GET_NEXT_KEY without a key gives the first one.
+        let mut first = true;
+        while map_syscall(4, fd, if first { None } else { Some(&key) }, &mut next) {
+            first = false;
+            std::mem::swap(&mut key, &mut next);
+            let mut value = vec![0u8; info.value_size() as usize];
+            // BPF_MAP_LOOKUP_ELEM; an entry removed since its key was read is left out.
+            if map_syscall(1, fd, Some(&key), &mut value) {
+                entries.push((key.clone(), value));
+            }
+        }
+        entries
+    }
+
+    /// The `u64` values of the array or hash named `name`, in its order.
+    pub fn u64_values(&self, name: &str) -> Vec<u64> {
+        self.entries(name)
+            .into_iter()
+            .map(|(_, v)| u64::from_ne_bytes(v[..8].try_into().expect("8-byte values")))
+            .collect()
+    }
+}
+
+/// `bpf(cmd)` on a map element: `key` (none: the first), `out` written. Whether it succeeded.
+fn map_syscall(cmd: libc::c_long, fd: i32, key: Option<&[u8]>, out: &mut [u8]) -> bool {
+    /// The `BPF_MAP_*_ELEM` part of `union bpf_attr` (include/uapi/linux/bpf.h).
+    #[repr(C)]
+    struct ElemAttr {
+        map_fd: u32,
+        _pad: u32,
+        key: u64,
+        out: u64,
+        flags: u64,
+    }
+    let attr = ElemAttr {
+        map_fd: fd as u32,
+        _pad: 0,
+        key: key.map_or(0, |k| k.as_ptr() as u64),
+        out: out.as_mut_ptr() as u64,
+        flags: 0,
+    };
+    // SAFETY: the key and the output buffer are of the map's sizes, alive for the call.
+    unsafe { libc::syscall(libc::SYS_bpf, cmd, &raw const attr, size_of::<ElemAttr>()) == 0 }
+}
