@@ -193,6 +193,11 @@ counts! {
         PROBE_MISSES: PartLost, "probe_misses", "probe hits missed by the kernel",
             "Probe hits the kernel dropped (kprobe misses, BPF recursion): their exits are \
              recorded with a point missing.";
+        /// An exit whose hits were clamped into order.
+        CLAMPED_EXITS: Diagnostic, "clamped_exits", "exits with hits out of order",
+            "Exits whose hits went back in time or past the exit's end, or whose off-CPU time \
+             grew faster than the time (a clock read behind on another CPU, or a damaged \
+             record): clamped into order, so that their stages still sum to the exit.";
     }
 }
 

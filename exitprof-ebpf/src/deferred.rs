@@ -114,7 +114,7 @@ fn rcu_wait(entering: bool) {
         if entering {
             run.rcu_since_ns = now;
         } else if run.rcu_since_ns != 0 {
-            run.rcu_ns += now - run.rcu_since_ns;
+            run.rcu_ns += now.saturating_sub(run.rcu_since_ns);
             run.rcu_since_ns = 0;
         }
     }

@@ -135,7 +135,9 @@ fn switch_in(next: Task, now: u64) {
 /// where it waited, not only its longest.
 #[inline(always)]
 pub fn back_on_cpu(state: &mut ExitState, now: u64) {
-    let off = now - state.off_since_ns;
+    // The interval may have opened on another CPU, whose clock can read a little ahead of this
+    // one's (bpf_ktime_get_ns is the NMI-safe fast clock): behind, it is an instant, not 2^64 ns.
+    let off = now.saturating_sub(state.off_since_ns);
     state.off_cpu_ns += off;
     state.off_since_ns = 0;
     if state.flags & OFF_RUNNABLE != 0 {
@@ -183,7 +185,7 @@ fn take_walk(now: u64) -> bool {
     // SAFETY: a per-CPU slot, touched only by programs on this CPU.
     let budget = unsafe { &mut *budget };
     // Capped first, so that the product cannot overflow after a long quiet spell.
-    let elapsed = (now - budget.refilled_ns).min(1_000_000_000);
+    let elapsed = now.saturating_sub(budget.refilled_ns).min(1_000_000_000);
     let refill = elapsed * rate / 1_000_000;
     budget.milli_walks = (budget.milli_walks + refill).min(WALK_BURST * 1000);
     budget.refilled_ns = now;

@@ -123,3 +123,29 @@ fn each_side_of_a_comparison_has_its_groups() {
         assert!(grouped >= 100.0, "{side}: {grouped} exits");
     }
 }
+
+/// A process may be named `other`, as the group of the exits past `--max-groups` is: its exits
+/// are its own group's (named with a backslash before), never counted with the overflow's.
+#[test]
+fn a_process_named_other_is_not_the_overflow_group() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let mut script = String::new();
+    for name in ["other", "third", "fourth"] {
+        let program = dir.path().join(name);
+        std::os::unix::fs::symlink("/bin/true", &program).unwrap();
+        script.push_str(&format!("{}; ", program.display()));
+    }
+    script.push_str("exit 0");
+    let doc = run_json(&["--group-by", "comm", "--max-groups", "2", "--", "sh", "-c", &script]);
+    let groups = &doc["groups"];
+    let exits_of = |name: &str| -> f64 {
+        let all = groups["groups"].as_array().unwrap();
+        all.iter().find(|g| g["name"] == name).map_or(0.0, |g| num(g, "exits"))
+    };
+    // `other` and `third` come first, each a group; `fourth` and the shell overflow.
+    assert_eq!(exits_of("\\other"), 1.0, "{groups}");
+    assert_eq!(exits_of("third"), 1.0, "{groups}");
+    assert_eq!(num(groups, "overflowed_exits"), 2.0, "{groups}");
+    assert_eq!(exits_of("other"), 2.0, "the overflow group holds the overflowed exits: {groups}");
+}

@@ -22,6 +22,7 @@ mod pid_max;
 mod plan;
 mod probe_effect;
 mod record;
+mod record_input;
 mod reliability;
 mod serve;
 mod side_by_side;

@@ -29,6 +29,8 @@ pub struct Profile {
     /// Exits that ran out of hit slots: counted whole, their stages left out (the hits between
     /// their last kept one and their end are unknown, so would be blamed on the wrong stage).
     pub truncated: u64,
+    /// Exits whose hits were clamped into order ([`crate::analysis::records::in_order`]).
+    pub clamped: u64,
 }
 
 /// The whole exit's histogram and each stage's, indexed as the stage namer numbers stages.
@@ -76,6 +78,7 @@ impl Profile {
             late_starts: 0,
             lost_hits: 0,
             truncated: 0,
+            clamped: 0,
         }
     }
 
@@ -88,6 +91,7 @@ impl Profile {
             self.late_starts += 1;
         }
         self.lost_hits += u64::from(exit.lost_hits);
+        self.clamped += u64::from(exit.clamped);
         let kind = &mut self.kinds[exit.kind() as usize];
         let (ns, off, runq) = (exit.duration_ns(), exit.off_cpu_ns(), exit.runq_ns());
         for h in [&mut self.all, kind] {

@@ -48,6 +48,9 @@ pub struct Exit {
     pub process_comm: TaskName,
     /// In the order they fired.
     pub hits: Vec<PointHit>,
+    /// Its hits' times, or off-CPU and runnable times, did not keep their order (see
+    /// [`in_order`]): they were clamped into it.
+    pub clamped: bool,
 }
 
 /// A task's name (`comm`) as the kernel keeps it: up to 15 bytes, NUL-padded; all zero where
@@ -85,6 +88,34 @@ impl std::fmt::Display for TaskName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&String::from_utf8_lossy(self.bytes()))
     }
+}
+
+/// Puts an exit's hits in the order the kernel takes them, and says whether they were: each
+/// time between the one before and the last hit's (the exit's end), each off-CPU time growing
+/// by at most the time between its hit and the one before (the task is on a CPU at every hit,
+/// so any interval off it lies between two), each runnable time by at most the off-CPU time's
+/// growth. The kernel reads its clock on the CPU the task is on: one that reads behind another
+/// CPU's could set a time before its predecessor, or an off-CPU interval below zero (2^64 ns
+/// once); a damaged record anything. Clamped, the exit's stages still sum to it, and each
+/// stage holds no more than all of it.
+pub fn in_order(hits: &mut [PointHit]) -> bool {
+    let (Some(first), Some(last)) = (hits.first().copied(), hits.last().copied()) else {
+        return true;
+    };
+    let end = last.ts_ns.max(first.ts_ns);
+    let mut before = first;
+    let mut kept = true;
+    for hit in &mut hits[1..] {
+        let ts_ns = hit.ts_ns.clamp(before.ts_ns, end);
+        let off_most = before.off_cpu_ns.saturating_add(ts_ns - before.ts_ns);
+        let off_cpu_ns = hit.off_cpu_ns.clamp(before.off_cpu_ns, off_most);
+        let runq_most = before.runq_ns.saturating_add(off_cpu_ns - before.off_cpu_ns);
+        let runq_ns = hit.runq_ns.clamp(before.runq_ns, runq_most);
+        kept &= (ts_ns, off_cpu_ns, runq_ns) == (hit.ts_ns, hit.off_cpu_ns, hit.runq_ns);
+        (hit.ts_ns, hit.off_cpu_ns, hit.runq_ns) = (ts_ns, off_cpu_ns, runq_ns);
+        before = *hit;
+    }
+    kept
 }
 
 /// The cgroup id an exit record carries, read without decoding the rest.
@@ -148,7 +179,7 @@ impl Exit {
         if bytes.len() != expected {
             return Err(DecodeError::Length { len: bytes.len(), n_hits: record.n_hits, expected });
         }
-        let hits = record.points[..record.n_hits as usize]
+        let mut hits: Vec<PointHit> = record.points[..record.n_hits as usize]
             .iter()
             .zip(&record.hits)
             .map(|(&code, &Hit { ts_ns, off_cpu_ns, runq_ns })| {
@@ -156,6 +187,7 @@ impl Exit {
                 Ok(PointHit { point, ts_ns, off_cpu_ns, runq_ns })
             })
             .collect::<Result<_, _>>()?;
+        let clamped = !in_order(&mut hits);
         Ok(Self {
             pid: record.pid,
             tgid: record.tgid,
@@ -171,6 +203,7 @@ impl Exit {
             comm: TaskName(record.comm),
             process_comm: TaskName(record.process_comm),
             hits,
+            clamped,
         })
     }
 
@@ -383,15 +416,34 @@ pub(crate) mod tests {
                     comm,
                     process_comm,
                     hits,
+                    clamped: false,
                 }
             },
         )
     }
 
     proptest! {
+        /// Decoding undoes the encoding, the hits put in order.
         #[test]
         fn decode_undoes_encode(exit in any_exit()) {
-            prop_assert_eq!(Exit::decode(&encode_exit(&exit)), Ok(exit));
+            let mut expected = exit.clone();
+            expected.clamped = !in_order(&mut expected.hits);
+            prop_assert_eq!(Exit::decode(&encode_exit(&exit)), Ok(expected));
+        }
+
+        /// Whatever times an exit's hits carry, decoded they keep their order: each stage spans
+        /// a part of the exit, off-CPU at most all of it, runnable at most the off-CPU time.
+        #[test]
+        fn decoded_hits_keep_their_order(exit in any_exit()) {
+            let decoded = Exit::decode(&encode_exit(&exit)).unwrap();
+            for pair in decoded.hits.windows(2) {
+                let (a, b) = (pair[0], pair[1]);
+                prop_assert!(a.ts_ns <= b.ts_ns && a.off_cpu_ns <= b.off_cpu_ns);
+                prop_assert!(b.off_cpu_ns - a.off_cpu_ns <= b.ts_ns - a.ts_ns);
+                prop_assert!(b.runq_ns - a.runq_ns <= b.off_cpu_ns - a.off_cpu_ns);
+            }
+            prop_assert!(decoded.off_cpu_ns() <= decoded.duration_ns());
+            prop_assert!(decoded.runq_ns() <= decoded.off_cpu_ns());
         }
 
         #[test]
@@ -424,11 +476,18 @@ pub(crate) mod tests {
             if let Ok(decoded) = Exit::decode(&bytes) {
                 prop_assert_eq!(wire_len(decoded.hits.len()), bytes.len());
                 prop_assert_eq!((decoded.pid, decoded.tgid), (word(0), word(4)));
-                for (i, hit) in decoded.hits.iter().enumerate() {
-                    let at = HEADER_LEN + i * size_of::<Hit>();
-                    let ts = u64::from_ne_bytes(bytes[at..at + 8].try_into().unwrap());
-                    prop_assert_eq!(hit.ts_ns, ts);
-                }
+                let mut read: Vec<PointHit> = decoded
+                    .hits
+                    .iter()
+                    .enumerate()
+                    .map(|(i, hit)| {
+                        let at = HEADER_LEN + i * size_of::<Hit>();
+                        let u64_at = |at: usize| u64::from_ne_bytes(bytes[at..at + 8].try_into().unwrap());
+                        PointHit { ts_ns: u64_at(at), off_cpu_ns: u64_at(at + 8), runq_ns: u64_at(at + 16), ..*hit }
+                    })
+                    .collect();
+                prop_assert_eq!(!in_order(&mut read), decoded.clamped);
+                prop_assert_eq!(read, decoded.hits);
             }
         }
     }
@@ -455,6 +514,25 @@ pub(crate) mod tests {
         );
         assert_eq!(exit.duration_ns(), 3_000);
         assert_eq!(exit.off_cpu_ns(), 300);
+    }
+
+    /// A hit after the exit's end (a time the kernel never reads; a damaged record's), and an
+    /// off-CPU interval gone below zero (a clock read behind on another CPU, subtracted without
+    /// a check): clamped, the exit still ends where its last hit says, its stages within it.
+    #[test]
+    fn a_hit_in_the_future_and_a_wrapped_off_cpu_time_are_clamped() {
+        let hits = [
+            (Point::Marker(Marker::SysEnterExit), 1_000, 0),
+            (Point::Enter(ExitFn::ExitFiles), 1_000_000_000_000_000, 0),
+            (Point::Return(ExitFn::ExitFiles), 1_700, u64::MAX - 5),
+            (Point::Marker(Marker::FinalSwitch), 4_000, u64::MAX - 4),
+        ];
+        let exit = Exit::decode(&encode(7, 5, &hits)).unwrap();
+        assert!(exit.clamped);
+        let times: Vec<(u64, u64)> = exit.hits.iter().map(|h| (h.ts_ns, h.off_cpu_ns)).collect();
+        assert_eq!(times, [(1_000, 0), (4_000, 0), (4_000, 0), (4_000, 0)]);
+        assert_eq!((exit.duration_ns(), exit.off_cpu_ns()), (3_000, 0));
+        assert!(!Exit::decode(&encode(7, 5, &hits[..1])).unwrap().clamped);
     }
 
     #[test]

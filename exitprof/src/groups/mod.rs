@@ -47,6 +47,16 @@ pub struct GroupOptions {
 /// The group of the exits of groups past the bound.
 pub const OTHER: &str = "other";
 
+/// What marks a workload's own name that would read as [`OTHER`].
+const ESCAPE: char = '\\';
+
+/// A workload's name as its group's: a process or cgroup may be named `other` too (any name
+/// is a process's to take), so a name that is [`OTHER`], or that begins with [`ESCAPE`], gets
+/// [`ESCAPE`] before it. No workload's group is then named `other`, and no two names one.
+fn apart_from_other(name: String) -> String {
+    if name == OTHER || name.starts_with(ESCAPE) { format!("{ESCAPE}{name}") } else { name }
+}
+
 /// The groups of the exits seen.
 pub struct Groups {
     options: GroupOptions,
@@ -161,13 +171,14 @@ impl Groups {
 
     /// The group an exit belongs to, by name.
     fn group_of(&self, exit: &Exit) -> Cow<'static, str> {
-        match self.options.by {
+        let name = match self.options.by {
             GroupBy::Comm => {
                 let name = if exit.process_comm.is_known() { exit.process_comm } else { exit.comm };
-                Cow::Owned(if name.is_known() { name.to_string() } else { "?".to_owned() })
+                if name.is_known() { name.to_string() } else { "?".to_owned() }
             }
-            GroupBy::Cgroup => Cow::Owned(self.cgroup_paths.workload(exit.cgroup_id)),
-        }
+            GroupBy::Cgroup => self.cgroup_paths.workload(exit.cgroup_id),
+        };
+        Cow::Owned(apart_from_other(name))
     }
 
     /// Drops the groups whose last exit ended more than the time to live before `now_ns` (the
@@ -203,5 +214,18 @@ impl Groups {
 
     pub fn len(&self) -> usize {
         self.by_name.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_workload_is_named_as_the_overflow_group() {
+        let names = ["other", "\\other", "\\\\other", "others", "x\\"];
+        let groups: Vec<String> = names.iter().map(|&n| apart_from_other(n.to_owned())).collect();
+        assert_eq!(groups, ["\\other", "\\\\other", "\\\\\\other", "others", "x\\"]);
+        assert!(!groups.iter().any(|g| g == OTHER));
     }
 }

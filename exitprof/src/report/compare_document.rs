@@ -153,7 +153,7 @@ pub fn side_losses(side: &SideRuns) -> Losses {
     Losses::new(
         &side.kernel_losses,
         side.session.undecodable,
-        side.session.profile.lost_hits,
+        &side.session.profile,
         side.unfinished,
         side.probe_misses,
     )

@@ -135,12 +135,12 @@ impl Default for Losses {
 
 impl Losses {
     /// The kernel side's counts, with what userspace counted: records it could not decode,
-    /// probe hits that did not fit in their exit's record, exits still in progress at the end,
-    /// probe hits the kernel dropped.
+    /// what the profile found in the exits (probe hits that did not fit in their record, hits
+    /// out of order), exits still in progress at the end, probe hits the kernel dropped.
     pub fn new(
         kernel: &KernelLosses,
         undecodable: Undecodable,
-        hits: u64,
+        profile: &Profile,
         unfinished: u64,
         probe_misses: u64,
     ) -> Self {
@@ -150,7 +150,8 @@ impl Losses {
             (counters::UNDECODABLE, undecodable.exits),
             (counters::UNDECODABLE_DEFERRED, undecodable.deferred),
             (counters::UNDECODABLE_STACKS, undecodable.stacks),
-            (counters::HITS, hits),
+            (counters::HITS, profile.lost_hits),
+            (counters::CLAMPED_EXITS, profile.clamped),
             (counters::UNFINISHED, unfinished),
             (counters::PROBE_MISSES, probe_misses),
         ] {
@@ -258,7 +259,7 @@ impl RunOutcome {
         let losses = Losses::new(
             &end.kernel_losses,
             undecodable,
-            profile.lost_hits,
+            &profile,
             end.unfinished,
             end.probe_misses,
         );
@@ -380,6 +381,7 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
+    use crate::{analysis::stages::tests::plan, kernel::version::KernelVersion};
 
     #[test]
     fn loss_causes_are_the_document_keys() {
@@ -426,7 +428,8 @@ mod tests {
         kernel.insert("ringbuf_full".to_owned(), u64::MAX);
         kernel.insert("state_map_full".to_owned(), u64::MAX);
         let kernel = KernelLosses::from_names(&kernel);
-        let losses = Losses::new(&kernel, Undecodable::default(), 0, 1, 0);
+        let profile = Profile::new(&plan(KernelVersion::new(6, 18, 0), &[]));
+        let losses = Losses::new(&kernel, Undecodable::default(), &profile, 1, 0);
         assert_eq!(losses.exits(), u64::MAX);
     }
 }

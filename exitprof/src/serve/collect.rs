@@ -113,7 +113,7 @@ impl Folded {
         let probe_misses =
             errors.keep(Source::ProbeMisses, probes.misses(), &mut self.probe_misses);
         let undecodable = Undecodable { exits: self.undecodable, ..Undecodable::default() };
-        Losses::new(&kernel, undecodable, self.profile.lost_hits, 0, probe_misses)
+        Losses::new(&kernel, undecodable, &self.profile, 0, probe_misses)
     }
 
     /// Each program's runs and run time, as last read where they cannot be read now.

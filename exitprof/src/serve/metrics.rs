@@ -251,7 +251,8 @@ mod tests {
 
     use super::*;
     use crate::{
-        analysis::{histogram::Latency, session::Undecodable},
+        analysis::{histogram::Latency, session::Undecodable, stages::tests::plan},
+        kernel::version::KernelVersion,
         probes::maps::KernelLosses,
     };
 
@@ -275,7 +276,8 @@ mod tests {
         kernel.0[counters::RINGBUF_FULL as usize] = 3;
         kernel.0[counters::STALE_REFUSALS as usize] = 7;
         let undecodable = Undecodable { exits: 2, deferred: 4, stacks: 0 };
-        let losses = Losses::new(&kernel, undecodable, 0, 0, 0);
+        let profile = Profile::new(&plan(KernelVersion::new(6, 18, 0), &[]));
+        let losses = Losses::new(&kernel, undecodable, &profile, 0, 0);
         let groups = Some(GroupCounts { kept: 1, overflowed: 4, expired: 6 });
         let programs = ["sched_switch", "sched_process_exit"]
             .map(|program| ProgramCost {

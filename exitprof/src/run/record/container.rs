@@ -83,6 +83,12 @@ pub enum ReadError {
          --comm cannot choose among them; --pid can"
     )]
     Unnamed,
+    #[error(
+        "{undecodable} of its {records} exit records do not decode as record format {version}, \
+         the format its header gives: the header, which the compressed stream's checksum does \
+         not cover, is damaged, or the file was not written by exitprof"
+    )]
+    ExitsUndecodable { undecodable: u64, records: u64, version: u32 },
 }
 
 impl From<io::Error> for ReadError {
@@ -173,6 +179,11 @@ impl Reader {
             v => v,
         };
         Ok(Self { frames: BufReader::new(GzDecoder::new(file)), version, payload: Vec::new() })
+    }
+
+    /// The format its header gives.
+    pub fn version(&self) -> u32 {
+        self.version
     }
 
     /// The next frame; `None` at the end of the stream.

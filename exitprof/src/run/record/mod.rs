@@ -14,6 +14,7 @@ pub mod view;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+use exitprof_common::counters;
 
 pub use self::container::{Kind, MAGIC, ReadError};
 use self::{
@@ -81,7 +82,22 @@ pub fn replay(path: &Path) -> Result<RunOutcome, ReadError> {
     // The whole file is checked first: a damaged one is refused before any of its records is
     // folded (with a warning for each record the damage made undecodable).
     let (opening, _) = read(path, |_, _| {})?;
-    fold(path, opening, None, |_, _| true).map(|folded| folded.outcome)
+    let Folded { outcome, .. } = fold(path, opening, None, |_, _| true)?;
+    refuse_undecodable(path, &outcome)?;
+    Ok(outcome)
+}
+
+/// The kernel sends no exit record exitprof cannot decode, and the file's checksum covers what
+/// it kept: an undecodable one was read in the wrong format, which the header's version (outside
+/// the checksum) said. Its run's figures would be all losses.
+fn refuse_undecodable(path: &Path, outcome: &RunOutcome) -> Result<(), ReadError> {
+    let undecodable = outcome.losses.get(counters::UNDECODABLE);
+    if undecodable > 0 {
+        let version = Reader::open(path)?.version();
+        let records = undecodable + outcome.profile.exits;
+        return Err(ReadError::ExitsUndecodable { undecodable, records, version });
+    }
+    Ok(())
 }
 
 /// Which of a record's exits to look at one by one.
@@ -117,6 +133,7 @@ pub fn replay_exits(path: &Path, shown: ExitsShown) -> Result<Vec<ExitTimeline>,
     let keys = candidates.iter().map(|&(_, key)| key).collect();
     let Folded { outcome, kept, symbols } =
         fold(path, opening, Some(Pick::Exits(keys)), |_, _| true)?;
+    refuse_undecodable(path, &outcome)?;
     // Where the run grouped its exits by cgroup, the record names their cgroups.
     let mut cgroup = |id: u64| {
         let paths = &outcome.groups.as_ref()?.cgroup_paths;
