@@ -8,7 +8,7 @@ use exitprof_common::counters;
 
 use crate::{
     free_watch::{unwatch, watch},
-    helpers::{EEXIST, current_pid},
+    helpers::{EEXIST, current_pid, current_pid_tgid},
     maps::count,
 };
 
@@ -43,11 +43,17 @@ pub fn refuse(address: u64, cause: u32) {
 /// Whether the exit of the current task, at `address`, was refused (and counted) already. A
 /// refusal left at the address by an earlier task is forgotten, and counted under
 /// `STALE_REFUSALS`: believed, it would hide this exit from both the records and the losses.
+///
+/// A task's pid changes once in one case, as the slots know (`crate::exit_state::exit_slot`): a
+/// thread-group leader that exits because another thread execs takes that thread's pid
+/// (`de_thread`'s `exchange_tids`) before its last points, refused by its own pid, the group's
+/// tgid. So a refusal by the current tgid is this exit's too.
 #[inline(always)]
 pub fn was_refused(address: u64) -> bool {
     // SAFETY: the value is copied out at once.
-    let Some(pid) = (unsafe { EXIT_REFUSED.get(address) }).copied() else { return false };
-    if pid == current_pid() {
+    let Some(refused) = (unsafe { EXIT_REFUSED.get(address) }).copied() else { return false };
+    let (pid, tgid) = current_pid_tgid();
+    if refused == pid || refused == tgid {
         return true;
     }
     if forget(address) {

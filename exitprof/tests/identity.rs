@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::support::{Watcher, c_program, num, require_root, run_json};
+use crate::support::{Watcher, attach_mode, c_program, num, require_root, run_json};
 
 /// `by_kind` as (kind, exits) pairs.
 fn kinds(doc: &Value) -> Vec<(String, f64)> {
@@ -129,4 +129,33 @@ fn watching_by_name_counts_no_exit_of_another_name_as_lost() {
     assert_eq!(num(&doc["losses"], "follow_unknown"), 0.0, "{}", doc["losses"]);
     assert_eq!(num(&doc, "lost"), 0.0, "{}", doc["losses"]);
     assert_eq!(num(&doc, "exits_recorded"), 3.0, "{}", doc["losses"]);
+}
+
+/// A process deeper than the walk up the ancestry, whose exits cannot be told followed or not
+/// (refused, counted lost), where a thread execs: the kernel's de_thread ends the leader and,
+/// before the leader's last points, gives it the execing thread's pid. Each exit is counted
+/// once: the leader's refusal, by its pid before the exec, is still its own after it.
+#[test]
+fn a_refused_leader_whose_pid_an_exec_takes_is_lost_once() {
+    require_root();
+    let deep = c_program("deep_tree");
+    let thread_execs = c_program("thread_execs");
+    let depth = "80";
+    let doc = run_json(&[
+        "--attach",
+        &attach_mode(),
+        "--",
+        deep.to_str().unwrap(),
+        depth,
+        thread_execs.to_str().unwrap(),
+        "/bin/true",
+    ]);
+    // The chain's 79 processes that exit, the leader the exec ends, and /bin/true's process.
+    let exits = 79.0 + 2.0;
+    let (recorded, lost) = (num(&doc, "exits_recorded"), num(&doc, "lost"));
+    let losses = &doc["losses"];
+    assert_eq!(recorded + lost, exits, "{recorded} recorded + {lost} lost: {losses}");
+    assert_eq!(num(losses, "follow_unknown"), lost, "{losses}");
+    assert!(lost >= 2.0, "the leader and /bin/true were not deeper than the walk: {losses}");
+    assert_eq!(num(&doc["diagnostics"], "stale_refusals"), 0.0, "{}", doc["diagnostics"]);
 }

@@ -47,6 +47,13 @@ pub const GUEST_TESTS: &[GuestTests] = &[
         attach: "fentry",
         args: &["reliability::a_command_that_exits_once_is_accounted_in_every_run"],
     },
+    // A refused leader whose pid an exec takes before its last point: do_task_dead, which opens
+    // late exits, is probed only in these modes.
+    GuestTests {
+        name: "exec-refusal-kprobe",
+        attach: "kprobe",
+        args: &["identity::a_refused_leader_whose_pid_an_exec_takes_is_lost_once"],
+    },
     GuestTests {
         name: "forced-modes",
         attach: "auto",
