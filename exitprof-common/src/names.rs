@@ -218,4 +218,7 @@ pub mod programs {
     pub const CGROUP_RMDIR: &str = "cgroup_rmdir";
     /// The perf-event program of the sampling clock.
     pub const SAMPLE_CPU: &str = "sample_cpu";
+    /// A program of the default object that no verifier accepts, loaded where a test asks for
+    /// a default object the kernel rejects.
+    pub const REJECTED_BY_THE_VERIFIER: &str = "rejected_by_the_verifier";
 }

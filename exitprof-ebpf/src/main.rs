@@ -25,6 +25,8 @@ mod maps;
 mod marks;
 mod owners;
 mod refusals;
+#[cfg(not(feature = "compat"))]
+mod rejected;
 mod sampler;
 mod sched;
 mod task_storage;

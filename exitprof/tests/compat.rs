@@ -82,3 +82,58 @@ fn the_compat_object_measures_what_the_default_one_does() {
     }
     assert_eq!(default["blocked_in"][0]["stage"], compat["blocked_in"][0]["stage"]);
 }
+
+/// The tests' switch that makes the default object one the kernel rejects for real: loading it
+/// loads with it a program no verifier accepts.
+const REJECT_DEFAULT: &str = "EXITPROF_TEST_REJECT_DEFAULT";
+
+/// A default object the kernel rejects as it loads (on RHEL 9's backported 5.14, a kernel can
+/// pass the probes that choose it and fail the verifier): the compat object is loaded instead,
+/// and the plan, the run's warning and its document say so and why; every exit is accounted.
+/// Where the kernel chooses the compat object itself (5.10), there is no default object to
+/// reject: the switch changes nothing.
+#[test]
+fn a_default_object_the_kernel_rejects_falls_back_to_the_compat_one() {
+    require_root();
+    let plan = |reject: bool| -> Value {
+        let mut cmd: Command = exitprof();
+        cmd.args(["plan", "--json"]).env_remove("EXITPROF_COMPAT");
+        if reject {
+            cmd.env(REJECT_DEFAULT, "1");
+        } else {
+            cmd.env_remove(REJECT_DEFAULT);
+        }
+        let out = cmd.output().expect("exitprof starts");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("a JSON plan")
+    };
+    let chosen = plan(false)["object"].clone();
+    let rejected = plan(true)["object"].clone();
+    let mut cmd: Command = exitprof();
+    cmd.args(["--json", "--attach", &attach_mode(), "--threads", "100", "--reps", "2"]);
+    let out = cmd.env_remove("EXITPROF_COMPAT").env(REJECT_DEFAULT, "1").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("a JSON document");
+    let (expected, recorded, lost) =
+        (num(&doc, "exits_expected"), num(&doc, "exits_recorded"), num(&doc, "lost"));
+    assert_eq!(recorded + lost, expected, "{}", doc["losses"]);
+    if chosen["name"] == "compat" {
+        eprintln!("this kernel loads the compat object itself: {chosen}");
+        assert_eq!((&rejected, &doc["object"]), (&chosen, &chosen), "{stderr}");
+        return;
+    }
+    assert_eq!(chosen["name"], "default", "{chosen}");
+    let why = "the default object, which the kernel rejected: program rejected_by_the_verifier: \
+               infinite loop detected";
+    for (what, object) in [("plan", &rejected), ("run", &doc["object"])] {
+        assert_eq!(object["name"], "compat", "{what}: {object}");
+        let missing = object["missing"].as_array().unwrap();
+        assert!(
+            missing.len() == 1 && missing[0].as_str().unwrap().starts_with(why),
+            "{what}: {object}"
+        );
+    }
+    assert!(stderr.contains("loading the compat object instead"), "{stderr}");
+    eprintln!("loaded instead: {}", doc["object"]["missing"][0]);
+}

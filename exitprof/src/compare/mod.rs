@@ -158,7 +158,7 @@ impl Comparer {
         if request.toggle == Condition::PointSet {
             probes.points = PointSet::Full;
         }
-        let (facts, plan) = start::plan_for(target, probes)?;
+        let (facts, mut plan) = start::plan_for(target, probes)?;
         let off_plan = (request.toggle == Condition::PointSet)
             .then(|| plan.clone().with_points(PointSet::Minimal));
         let load = start::load_options(&Prepared::Workload(workload.clone()), &request.run);
@@ -167,6 +167,10 @@ impl Comparer {
             Condition::Probes | Condition::PointSet => None,
             _ => Some(Attached::new(&plan, &facts, load)?),
         };
+        // The compat object, where the kernel rejected the default one.
+        if let Some(attached) = &attached {
+            plan.object = attached.probes.object.clone();
+        }
         let comparer = Self {
             plan,
             off_plan,

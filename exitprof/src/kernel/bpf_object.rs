@@ -1,15 +1,24 @@
 //! Which of exitprof's two eBPF objects the running kernel loads, found by probing what it has
-//! (its BTF's list of BPF helpers, the arguments of a tracepoint, the map types it creates),
-//! never by its version number. The default object needs Linux 5.18's BPF; the compat object
-//! does without it, each fallback at a cost the plan names.
+//! (the helpers its verifier gives tracing programs, BPF `cmpxchg`, the arguments of a
+//! tracepoint, the map types it creates), never by its version number. The default object
+//! needs Linux 5.18's BPF; the compat object does without it, each fallback at a cost the plan
+//! names. Where the default object passes the probes and the verifier still rejects it, the
+//! compat object is loaded instead (`crate::probes::load`), saying why.
 
+use aya::sys::BpfHelper;
 use serde::Serialize;
 
-use super::btf::KernelBtf;
+use super::{btf::KernelBtf, verifier_probes};
 
 /// Set (to anything but `0`) to load the compat object whatever the kernel has: tests compare
 /// the two on one kernel.
 pub const FORCE_COMPAT: &str = "EXITPROF_COMPAT";
+
+/// Set (to anything but `0`) by tests only, to have a default object the verifier rejects for
+/// real: loading it then loads a program of it that no verifier accepts
+/// (`rejected_by_the_verifier`, an infinite loop), and the compat object must be taken instead.
+/// Not an option of exitprof's: it exists for the tests of that fallback.
+pub const TEST_REJECT_DEFAULT: &str = "EXITPROF_TEST_REJECT_DEFAULT";
 
 /// The object a run loads, and how each part of its work is done.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -38,27 +47,54 @@ impl BpfObject {
         if forced {
             missing.push(format!("forced ({FORCE_COMPAT})"));
         }
-        if let Some(btf) = btf {
-            let helper = |name: &str| btf.has_enumerator("bpf_func_id", name);
-            if !helper("BPF_FUNC_loop") {
-                missing.push("bpf_loop (5.17)".to_owned());
-            }
-            if !helper("BPF_FUNC_get_current_task_btf") {
-                missing.push("bpf_get_current_task_btf (5.11)".to_owned());
-            }
-            if btf.tracepoint_arg_count("sched_switch") < 4 {
-                missing.push("sched_switch's prev_state (5.18)".to_owned());
+        // Each helper the default object calls that the compat one does without, as the
+        // verifier gives it to tracing programs; where the probe cannot run, as BTF lists it.
+        let helpers = [
+            (BpfHelper::BPF_FUNC_loop, "BPF_FUNC_loop", "bpf_loop (5.17)"),
+            (
+                BpfHelper::BPF_FUNC_get_current_task_btf,
+                "BPF_FUNC_get_current_task_btf",
+                "bpf_get_current_task_btf (5.11)",
+            ),
+            (
+                BpfHelper::BPF_FUNC_task_storage_get,
+                "BPF_FUNC_task_storage_get",
+                "task storage in tracing programs (5.13)",
+            ),
+        ];
+        for (helper, name, needs) in helpers {
+            let listed = || btf.is_none_or(|btf| btf.has_enumerator("bpf_func_id", name));
+            if !verifier_probes::tracing_helper(helper).unwrap_or_else(listed) {
+                missing.push(needs.to_owned());
             }
         }
+        if verifier_probes::cmpxchg() == Some(false) {
+            missing.push("BPF cmpxchg (5.12)".to_owned());
+        }
+        if btf.is_some_and(|btf| btf.tracepoint_arg_count("sched_switch") < 4) {
+            missing.push("sched_switch's prev_state (5.18)".to_owned());
+        }
         if !aya::sys::is_map_supported(aya::maps::MapType::TaskStorage).unwrap_or(false) {
-            missing.push("task storage (5.11; in tracing programs 5.13)".to_owned());
+            missing.push("task storage (5.11)".to_owned());
         }
         if missing.is_empty() { Self::default_object() } else { Self::compat(missing) }
     }
 
+    /// The compat object, where the default one passed the probes but failed to load: `why`
+    /// says what the kernel refused.
+    pub fn instead_of_rejected(why: &str) -> Self {
+        Self::compat(vec![format!("the default object, which the kernel rejected: {why}")])
+    }
+
+    /// Whether the tests ask for a default object the verifier rejects
+    /// ([`TEST_REJECT_DEFAULT`]).
+    pub fn rejection_asked_for() -> bool {
+        set_in_environment(TEST_REJECT_DEFAULT)
+    }
+
     /// Whether the environment forces the compat object.
     pub fn forced_by_environment() -> bool {
-        std::env::var_os(FORCE_COMPAT).is_some_and(|v| !v.is_empty() && v != "0")
+        set_in_environment(FORCE_COMPAT)
     }
 
     /// The default object, which needs nothing the kernel may lack.
@@ -112,4 +148,9 @@ impl BpfObject {
             self.missing.join(", ")
         )
     }
+}
+
+/// Whether the environment variable `name` is set, to anything but `0`.
+fn set_in_environment(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| !v.is_empty() && v != "0")
 }

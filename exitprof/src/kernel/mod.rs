@@ -12,6 +12,7 @@ pub mod facts;
 mod fentry_attach;
 pub mod kallsyms;
 pub mod tracefs;
+pub mod verifier_probes;
 pub mod version;
 
 use exitprof_common::point::Marker;

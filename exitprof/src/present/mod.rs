@@ -37,7 +37,8 @@ pub fn plan(probes: ProbeOptions, json: bool) -> anyhow::Result<()> {
         unusable_symbols: true,
     };
     let (facts, plan) = start::plan(probes.attach, wants)?;
-    let plan = plan.with_points(probes.points);
+    let mut plan = plan.with_points(probes.points);
+    plan.object = start::loaded_object(&plan, &facts, probes)?;
     let doc = PlanDocument::new(&facts, &plan);
     if json {
         println!("{}", serde_json::to_string_pretty(&doc)?);

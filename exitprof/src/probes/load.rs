@@ -4,9 +4,10 @@ use std::{collections::HashMap, os::fd::AsFd as _, path::Path, time::Instant};
 
 use anyhow::{Context as _, bail};
 use aya::{
-    Btf, Ebpf, EbpfLoader, Endianness,
+    Btf, Ebpf, EbpfError, EbpfLoader, Endianness,
+    maps::MapError,
     programs::{
-        BtfTracePoint, FEntry, FExit, KProbe, PerfEvent, Program, TracePoint,
+        BtfTracePoint, FEntry, FExit, KProbe, PerfEvent, Program, ProgramError, TracePoint,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
 };
@@ -22,6 +23,7 @@ use crate::{
     kernel::{
         KernelFacts,
         bpf_memory::{BpfMemory, MemlockLimit},
+        bpf_object::BpfObject,
         btf::LoaderType,
     },
     probes::{
@@ -100,6 +102,8 @@ pub struct Probes {
     pub ebpf: Ebpf,
     /// Names of the attached programs.
     programs: Vec<String>,
+    /// The object loaded: the plan's, or the compat one where the kernel rejected the default.
+    pub object: BpfObject,
 }
 
 /// What the kernel measured of one attached program while BPF statistics were on.
@@ -158,8 +162,42 @@ pub fn loader_types(plan: &Plan) -> Vec<LoaderType<'_>> {
 }
 
 /// Loads the object and attaches the plan's programs, and the one that follows a process
-/// through an exec that takes it over.
+/// through an exec that takes it over. Where the kernel rejects the default object, the compat
+/// one is loaded instead ([`load_verified`]).
 pub fn load_and_attach(
+    plan: &Plan,
+    facts: &KernelFacts,
+    options: LoadOptions,
+) -> anyhow::Result<Probes> {
+    let started = Instant::now();
+    let mut probes = load_verified(plan, facts, options)?;
+    let mut attacher = Attacher { probes: &mut probes, tracefs: facts.tracefs.as_path(), options };
+    attacher.attach_plan(plan).map_err(privileges::explain_perf_refusal)?;
+    log::info!(
+        "loaded and attached {} programs in {} ms",
+        probes.programs.len(),
+        started.elapsed().as_millis()
+    );
+    Ok(probes)
+}
+
+/// The plan's points, the end of an exit and the free of its task first.
+fn attach_order(plan: &Plan) -> Vec<&Planned> {
+    let mut order: Vec<&Planned> = plan.points.iter().collect();
+    order.sort_by_key(|p| match p.site {
+        SiteId::Marker(Marker::FinalSwitch) => 0,
+        SiteId::Deferred(DeferredSite::TaskFree) => 1,
+        _ => 2,
+    });
+    order
+}
+
+/// Loads the object the plan names and, in it, every program the plan attaches (the kernel's
+/// verifier checks each as it loads), attaching none. Where the kernel rejects the default
+/// object (refuses a program, or cannot make a map), though it passed the probes that chose it
+/// (`crate::kernel::bpf_object`), the compat object is loaded instead: [`Probes::object`] says
+/// which, and why.
+pub fn load_verified(
     plan: &Plan,
     facts: &KernelFacts,
     options: LoadOptions,
@@ -172,35 +210,113 @@ pub fn load_and_attach(
         "exitprof needs the sched_process_free tracepoint (BTF), where it releases the slots of \
          exits whose end it never saw"
     );
+    let btf = Btf::parse(&facts.loader_btf, Endianness::default())
+        .context("parsing the kernel's BTF types the eBPF loader needs")?;
+    match load_object(plan, &plan.object, facts, options, &btf) {
+        Err(Loading::Rejected(why)) if !plan.object.is_compat() => {
+            eprintln!(
+                "exitprof: the kernel rejected the default eBPF object ({why}): loading the \
+                 compat object instead"
+            );
+            let compat = BpfObject::instead_of_rejected(&why);
+            load_object(plan, &compat, facts, options, &btf).map_err(Loading::into_error)
+        }
+        loaded => loaded.map_err(Loading::into_error),
+    }
+}
+
+/// Why an object did not load.
+enum Loading {
+    /// The kernel refused it: a program its verifier rejected, or a map it cannot make.
+    Rejected(String),
+    /// Anything else (no privileges, no memory, a program missing from the object).
+    Failed(anyhow::Error),
+}
+
+impl Loading {
+    /// A failure said with `explain` (the locked memory or the perf events it came from).
+    fn explained(self, explain: impl FnOnce(anyhow::Error) -> anyhow::Error) -> Self {
+        match self {
+            Self::Failed(e) => Self::Failed(explain(e)),
+            rejected @ Self::Rejected(_) => rejected,
+        }
+    }
+
+    fn into_error(self) -> anyhow::Error {
+        match self {
+            Self::Rejected(why) => {
+                anyhow::anyhow!("the kernel rejected exitprof's eBPF object: {why}")
+            }
+            Self::Failed(e) => e,
+        }
+    }
+
+    /// A program that did not load: rejected where the verifier refused it (EINVAL, EACCES,
+    /// E2BIG, ENOTSUPP), failed otherwise (EPERM: privileges).
+    fn of_program(e: ProgramError, program: &str) -> Self {
+        match &e {
+            ProgramError::LoadError { io_error, verifier_log }
+                if io_error.raw_os_error().is_some_and(refused) =>
+            {
+                Self::Rejected(format!("program {program}: {}", verdict(&verifier_log.to_string())))
+            }
+            _ => Self::Failed(anyhow::Error::from(e).context(format!("loading program {program}"))),
+        }
+    }
+}
+
+/// Whether a load's error number says the kernel refused what it was given (`ENOTSUPP`, 524,
+/// is the kernel's own: no libc names it).
+fn refused(errno: i32) -> bool {
+    [libc::EINVAL, libc::EACCES, libc::E2BIG, 524].contains(&errno)
+}
+
+/// The verifier's reason, from its log: its last line that is not a statistic or a dump of the
+/// states it compared.
+fn verdict(log: &str) -> String {
+    const NOT_A_REASON: [&str; 5] =
+        ["processed ", "verification time", "stack depth", "cur state:", "old state:"];
+    let reason = |l: &&str| !l.is_empty() && !NOT_A_REASON.iter().any(|s| l.starts_with(s));
+    log.lines().map(str::trim).rfind(reason).unwrap_or("no reason given").to_owned()
+}
+
+/// Loads `object` with the settings of `plan` and `options`, and every program `plan`
+/// attaches in it.
+fn load_object(
+    plan: &Plan,
+    object: &BpfObject,
+    facts: &KernelFacts,
+    options: LoadOptions,
+    btf: &Btf,
+) -> Result<Probes, Loading> {
+    let failed = Loading::Failed;
     let layout = facts
         .layout
         .as_ref()
-        .map_err(|why| anyhow::anyhow!("exitprof needs the kernel's BTF: {why}"))?;
-    let tracefs = facts.tracefs.as_path();
-    let started = Instant::now();
-    let btf = Btf::parse(&facts.loader_btf, Endianness::default())
-        .context("parsing the kernel's BTF types the eBPF loader needs")?;
+        .map_err(|why| failed(anyhow::anyhow!("exitprof needs the kernel's BTF: {why}")))?;
     let free_ipc = facts.kallsyms.address("free_ipc").unwrap_or(0);
-    let (pidns_dev, pidns_ino) = pid_namespace()?;
-    let compat = plan.object.is_compat();
-    ensure_compat_can_follow(compat, pidns_ino)?;
+    let (pidns_dev, pidns_ino) = pid_namespace().map_err(failed)?;
+    let compat = object.is_compat();
+    ensure_compat_can_follow(compat, pidns_ino).map_err(failed)?;
     let exit_tp_group_dead = u32::from(layout.exit_tp_group_dead);
     let trace_all = u32::from(options.trace_all);
     let await_frees = u32::from(options.await_frees);
     let block_walks = if options.probes.block_stacks { BLOCK_WALKS_PER_SEC } else { 0 };
-    let stacks_bytes = stacks_ringbuf_bytes()?;
+    let stacks_bytes = stacks_ringbuf_bytes().map_err(failed)?;
     let max_entries = sized_maps(options, stacks_bytes);
-    let object = if compat { COMPAT_OBJECT } else { OBJECT };
-    let locked = lock_memory(facts, object, &max_entries, &programs_loaded(plan, options))?;
-    // A refusal said as the locked memory or the perf events it came from.
+    let bytes = if compat { COMPAT_OBJECT } else { OBJECT };
+    let locked =
+        lock_memory(facts, bytes, &max_entries, &programs_loaded(plan, options)).map_err(failed)?;
+    // A failure said as the locked memory or the perf events it came from.
     let explain = |e: anyhow::Error| {
         privileges::explain_perf_refusal(match locked {
             Some((need, limit)) => memlock::explain(e, need, limit),
             None => e,
         })
     };
-    let ebpf = EbpfLoader::new()
-        .btf(Some(&btf))
+    let failed = |e| Loading::Failed(explain(e));
+    let loaded = EbpfLoader::new()
+        .btf(Some(btf))
         // Task storage, which aya loads without a typed wrapper of its own.
         .allow_unsupported_maps()
         .override_global(globals::TRACE_ALL, &trace_all, true)
@@ -254,21 +370,29 @@ pub fn load_and_attach(
         .map_max_entries(maps::EXIT_SLOTS, max_entries[maps::EXIT_SLOTS])
         .map_max_entries(maps::EXIT_OWNERS, max_entries[maps::EXIT_OWNERS])
         .map_max_entries(maps::FREES_AWAITED, max_entries[maps::FREES_AWAITED])
-        .load(object)
-        .with_context(|| format!("loading exitprof's {} eBPF object", plan.object.name))
-        .map_err(explain)?;
-    kprobe_events::remove_stale(tracefs);
-    let mut probes = Probes { kprobes: Vec::new(), ebpf, programs: Vec::new() };
+        .load(bytes);
+    let ebpf = match loaded {
+        Ok(ebpf) => ebpf,
+        // A map type the kernel does not know (task storage before 5.11).
+        Err(EbpfError::MapError(MapError::CreateError { name, io_error }))
+            if io_error.raw_os_error().is_some_and(refused) =>
+        {
+            return Err(Loading::Rejected(format!("map {name}: {io_error}")));
+        }
+        Err(e) => {
+            let what = format!("loading exitprof's {} eBPF object", object.name);
+            return Err(failed(anyhow::Error::from(e).context(what)));
+        }
+    };
+    kprobe_events::remove_stale(&facts.tracefs);
+    let mut probes =
+        Probes { kprobes: Vec::new(), ebpf, programs: Vec::new(), object: object.clone() };
     // No exit opens, nor is refused, until a run begins (`maps::begin_run`): none is counted
     // while the programs are attached, none of an earlier instant is this run's.
-    set_stopped(&mut probes.ebpf, true)?;
-    let mut attacher = Attacher { probes: &mut probes, btf: &btf, tracefs, options };
-    attacher.attach_plan(plan).map_err(explain)?;
-    log::info!(
-        "attached {} programs in {} ms",
-        probes.programs.len(),
-        started.elapsed().as_millis()
-    );
+    set_stopped(&mut probes.ebpf, true).map_err(failed)?;
+    let sampler = options.probes.sample_hz > 0;
+    load_programs(&mut probes.ebpf, plan, compat, sampler, btf)
+        .map_err(|l| l.explained(explain))?;
     Ok(probes)
 }
 
@@ -334,6 +458,69 @@ fn lock_memory(
     }
 }
 
+/// Loads every program `plan` attaches in the object, exec takeover's, and the sampler's where
+/// it samples (`sampler`).
+fn load_programs(
+    ebpf: &mut Ebpf,
+    plan: &Plan,
+    compat: bool,
+    sampler: bool,
+    btf: &Btf,
+) -> Result<(), Loading> {
+    let mut wanted: Vec<(&str, How, &str)> = Vec::new();
+    for planned in &plan.points {
+        for (program, _) in planned.programs() {
+            wanted.push((program, planned.how, &planned.target));
+        }
+    }
+    wanted.push((programs::SCHED_PROCESS_EXEC, How::BtfTracepoint, programs::SCHED_PROCESS_EXEC));
+    // A test's default object the verifier rejects, for real.
+    if !compat && BpfObject::rejection_asked_for() {
+        wanted.push((programs::REJECTED_BY_THE_VERIFIER, How::BtfTracepoint, "sched_switch"));
+    }
+    for (program, how, target) in wanted {
+        load_program(ebpf, program, how, target, btf)?;
+    }
+    if sampler {
+        let name = programs::SAMPLE_CPU;
+        let prog: &mut PerfEvent =
+            program_of(ebpf, name)?.try_into().map_err(|e| Loading::of_program(e, name))?;
+        prog.load().map_err(|e| Loading::of_program(e, name))?;
+    }
+    Ok(())
+}
+
+/// The program `name` of the object.
+fn program_of<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Program, Loading> {
+    ebpf.program_mut(name)
+        .ok_or_else(|| Loading::Failed(anyhow::anyhow!("the eBPF object has no program {name}")))
+}
+
+/// Loads `program`, attached as `how` to `target` later: the kernel's verifier checks it now.
+fn load_program(
+    ebpf: &mut Ebpf,
+    program: &str,
+    how: How,
+    target: &str,
+    btf: &Btf,
+) -> Result<(), Loading> {
+    let prog = program_of(ebpf, program)?;
+    let loaded = match how {
+        How::BtfTracepoint => {
+            <&mut BtfTracePoint>::try_from(prog).and_then(|p| p.load(target, btf))
+        }
+        // One program may serve several events (`sys_enter_exit`): loaded once.
+        How::Tracepoint => <&mut TracePoint>::try_from(prog)
+            .and_then(|p| if p.fd().is_ok() { Ok(()) } else { p.load() }),
+        How::Kprobe => <&mut KProbe>::try_from(prog).and_then(KProbe::load),
+        How::Fentry => match prog {
+            Program::FExit(p) => p.load(target, btf),
+            prog => <&mut FEntry>::try_from(prog).and_then(|p| p.load(target, btf)),
+        },
+    };
+    loaded.map_err(|e| Loading::of_program(e, program))
+}
+
 /// The deferred-work ring buffer: records of 48 bytes, a few per exit at most (reaps, one free
 /// in 16, IPC namespace frees), read every 20 ms: some 5,000 fit. Every mapped byte of a ring
 /// buffer is resident in exitprof, twice (its pages are mapped twice, for records that wrap).
@@ -377,29 +564,22 @@ fn online_cpus() -> anyhow::Result<Vec<u32>> {
     aya::util::online_cpus().map_err(|(path, e)| anyhow::anyhow!("reading {path}: {e}"))
 }
 
+/// Attaches the loaded programs of a [`Probes`].
 struct Attacher<'a> {
     probes: &'a mut Probes,
-    btf: &'a Btf,
     tracefs: &'a Path,
     options: LoadOptions,
 }
 
 impl Attacher<'_> {
-    /// Attaches the plan's programs, the end of an exit first, so that no exit starts without
-    /// its end being watched; then exec takeover's, and the sampler.
+    /// Attaches the plan's programs, the end of an exit and the free of its task first; then
+    /// exec takeover's, and the sampler.
     fn attach_plan(&mut self, plan: &Plan) -> anyhow::Result<()> {
-        // The end of an exit and the free of its task first: no state is kept for an exit whose
-        // end or free would go unseen. (Attached after a point that refuses exits, the free
-        // missed the frees of tasks refused while the rest attached, which left their refusals
-        // for good: 10 or so a run where other processes on the machine exit deeper than the
-        // ancestry walk looks.)
-        let mut order: Vec<&Planned> = plan.points.iter().collect();
-        order.sort_by_key(|p| match p.site {
-            SiteId::Marker(Marker::FinalSwitch) => 0,
-            SiteId::Deferred(DeferredSite::TaskFree) => 1,
-            _ => 2,
-        });
-        for planned in order {
+        // The end of an exit and the free of its task first: no state is kept for an exit whose end
+        // or free would go unseen. (Attached after a point that refuses exits, the free missed the
+        // frees of tasks refused while the rest attached, which left their refusals for good: 10 or
+        // so a run where other processes on the machine exit deeper than the ancestry walk looks.)
+        for planned in attach_order(plan) {
             for (program, ret) in planned.programs() {
                 self.attach(program, planned.how, &planned.target, ret).with_context(|| {
                     format!("attaching {} {} (program {program})", planned.how, planned.target)
@@ -428,7 +608,6 @@ impl Attacher<'_> {
             .program_mut(name)
             .with_context(|| format!("the eBPF object has no program {name}"))?
             .try_into()?;
-        prog.load()?;
         for cpu in online_cpus()? {
             prog.attach(
                 PerfEventConfig::Software(SoftwareEvent::CpuClock),
@@ -442,6 +621,7 @@ impl Attacher<'_> {
         Ok(())
     }
 
+    /// Attaches `program`, loaded ([`load_verified`]), as `how` to `target`.
     fn attach(&mut self, program: &str, how: How, target: &str, ret: bool) -> anyhow::Result<()> {
         let prog: &mut Program = self
             .probes
@@ -451,22 +631,16 @@ impl Attacher<'_> {
         match how {
             How::BtfTracepoint => {
                 let p: &mut BtfTracePoint = prog.try_into()?;
-                p.load(target, self.btf)?;
                 p.attach()?;
             }
             How::Tracepoint => {
                 let (category, name) =
                     target.split_once(':').context("tracepoint without category")?;
                 let p: &mut TracePoint = prog.try_into()?;
-                // One program may serve several events (`sys_enter_exit`).
-                if p.fd().is_err() {
-                    p.load()?;
-                }
                 p.attach(category, name)?;
             }
             How::Kprobe => {
                 let p: &mut KProbe = prog.try_into()?;
-                p.load()?;
                 let maxactive = ret.then_some(self.options.probes.kretprobe_maxactive);
                 let event =
                     KprobeEvent::attach(self.tracefs, program, p.fd()?.as_fd(), target, maxactive)?;
@@ -474,12 +648,10 @@ impl Attacher<'_> {
             }
             How::Fentry if ret => {
                 let p: &mut FExit = prog.try_into()?;
-                p.load(target, self.btf)?;
                 p.attach()?;
             }
             How::Fentry => {
                 let p: &mut FEntry = prog.try_into()?;
-                p.load(target, self.btf)?;
                 p.attach()?;
             }
         }
@@ -507,6 +679,16 @@ mod tests {
         !matches!(object.patch_map_data(patch), Err(ParseError::SymbolNotFound { .. }))
     }
 
+    /// The verifier's reason is its message, not the statistics and states it prints after.
+    #[test]
+    fn the_verifiers_reason_is_its_message() {
+        let log = "0: (b7) r1 = 0\n1: (63) *(u32 *)(r10 -4) = r1\ninfinite loop detected at insn 2\n\
+                   cur state: R1=0 R10=fp0\nold state: R1=0 R10=fp0\n\
+                   processed 5 insns (limit 1000000) max_states_per_insn 0\n";
+        assert_eq!(verdict(log), "infinite loop detected at insn 2");
+        assert_eq!(verdict(""), "no reason given");
+    }
+
     /// Every name userspace looks up in the object — the programs the plan can ask for in any
     /// attach mode, exec takeover's, every map and global of `exitprof_common::names` — is in
     /// the object this binary embeds, so that a misspelt name fails here, not in a VM guest.
@@ -521,9 +703,13 @@ mod tests {
                  built), so the names cannot be checked: run `cargo xtask setup` and rebuild"
             );
             let mut object = Object::parse(bytes).expect("the embedded eBPF object parses");
+            // The program no verifier accepts is the default object's only.
+            let rejected = (name == "default")
+                .then_some(("a test's rejection", programs::REJECTED_BY_THE_VERIFIER));
             let programs = plan::every_program()
                 .into_iter()
-                .chain([("exec takeover", programs::SCHED_PROCESS_EXEC)]);
+                .chain([("exec takeover", programs::SCHED_PROCESS_EXEC)])
+                .chain(rejected);
             let mut missing: Vec<String> = programs
                 .filter(|(_, program)| !object.programs.contains_key(*program))
                 .map(|(point, program)| format!("program {program} (for {point})"))

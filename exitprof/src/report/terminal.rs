@@ -26,7 +26,11 @@ pub fn render(doc: &RunDocument) -> String {
         describe(&doc.workload),
         doc.kernel,
         doc.attach,
-        if doc.object.is_compat() { ", compat eBPF object: see `exitprof plan`" } else { "" }
+        if doc.object.is_compat() {
+            format!(", compat eBPF object, for want of {}", doc.object.missing.join(", "))
+        } else {
+            String::new()
+        }
     );
     let cpu = match (doc.user_s, doc.sys_s) {
         (Some(user), Some(sys)) => format!("user {user:.3} s, sys {sys:.3} s"),

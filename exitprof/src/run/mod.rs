@@ -300,8 +300,10 @@ pub async fn run(request: &RunRequest, progress: &mut dyn Progress) -> anyhow::R
     if let Some(path) = &request.record {
         record::check_writable(path)?;
     }
-    let (facts, plan) = plan_for(target, request.probes)?;
+    let (facts, mut plan) = plan_for(target, request.probes)?;
     let mut attached = Attached::new(&plan, &facts, load_options(&prepared, request))?;
+    // The compat object, where the kernel rejected the default one.
+    plan.object = attached.probes.object.clone();
 
     let mut session = Session::new(&plan, request.groups);
     let (losses_before, misses_before) = attached.kernel_losses()?;

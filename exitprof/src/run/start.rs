@@ -14,7 +14,7 @@ use exitprof_common::{names, sizes::COMM_LEN, task};
 use crate::{
     base::{UsageError, pidfd::PidFd},
     groups::{GroupBy, cgroupfs::CgroupTree},
-    kernel::{KernelFacts, kallsyms::Kallsyms, tracefs},
+    kernel::{KernelFacts, bpf_object::BpfObject, kallsyms::Kallsyms, tracefs},
     probes::{
         ProbeOptions,
         load::{self, LoadOptions, Probes},
@@ -50,6 +50,25 @@ pub fn plan(mode: AttachMode, wants: Wants) -> anyhow::Result<(KernelFacts, Plan
     let plan = Plan::resolve(&facts, mode, wants)?;
     facts.planned(&load::loader_types(&plan));
     Ok((facts, plan))
+}
+
+/// The eBPF object that loads on this kernel for `plan`: the plan's, verified by loading it and
+/// every program the plan attaches (none is attached), or the compat one where the kernel
+/// rejects it (`exitprof plan`, which then says so as a run would).
+pub fn loaded_object(
+    plan: &Plan,
+    facts: &KernelFacts,
+    probes: ProbeOptions,
+) -> anyhow::Result<BpfObject> {
+    let options = LoadOptions {
+        trace_all: false,
+        target_comm: [0; COMM_LEN],
+        await_frees: true,
+        ringbuf_bytes: 1 << 20,
+        exit_slots: 1 << 10,
+        probes,
+    };
+    Ok(load::load_verified(plan, facts, options)?.object)
 }
 
 /// A target checked against the machine, ready to start or watch.

@@ -101,10 +101,12 @@ async fn run(request: ServeRequest) -> anyhow::Result<()> {
     // Before anything is loaded: an address in use is the first thing a second instance meets.
     let listener =
         TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
-    let (facts, plan) = plan_for(&run.target, run.probes)?;
+    let (facts, mut plan) = plan_for(&run.target, run.probes)?;
     // Deferred work is not served: no free is awaited for a report nobody reads.
     let options = LoadOptions { await_frees: false, ..load_options(&prepared, &run) };
     let mut attached = Attached::new(&plan, &facts, options)?;
+    // The compat object, where the kernel rejected the default one.
+    plan.object = attached.probes.object.clone();
     // Held until serve ends (or dies: the kernel turns the statistics off with the descriptor).
     let _stats = bpf_stats.then(enable_bpf_stats).transpose()?;
     let labels = Arc::new(Labels { kernel: plan.kernel.clone(), attach: plan.mode.to_string() });
