@@ -199,6 +199,15 @@ fn every_format_agrees_with_the_json_report() {
     assert_eq!(number(&recorded[0].1), doc.exits_recorded as f64, "exitprof_exits_recorded_total");
     assert_eq!(recorded[0].0["workload"], "threads");
     assert!(svg.contains("500 exits recorded of 500 expected"), "the figure's header");
+    // Every cause of the document's losses is a sample of exitprof_losses_total, which its
+    // help names: one list of causes.
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let losses = prom_samples(&prom, "exitprof_losses_total");
+    let help = prom.lines().find(|l| l.starts_with("# HELP exitprof_losses_total ")).unwrap();
+    for cause in json["losses"].as_object().unwrap().keys() {
+        assert!(losses.iter().any(|(l, _)| l["cause"] == *cause), "no sample of {cause}");
+        assert!(help.contains(&format!(" {cause} (")), "the help does not name {cause}: {help}");
+    }
 }
 
 /// A kernel address as it would be written out: 16 hex digits from the kernel's half of the

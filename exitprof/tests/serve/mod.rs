@@ -555,6 +555,15 @@ fn serve_awaits_no_free() {
     );
     assert!(looks > 10 && recorded > 0.0, "the storm was not looked through");
     assert_eq!(most, 0, "serve awaited frees");
+    // The diagnostics that say an exit's end went unseen are served (at 0 here).
+    let body = served.get("/metrics", None).body;
+    for counter in ["stray_ends", "stale_refusals"] {
+        let label = format!("counter=\"{counter}\"");
+        let sample = body
+            .lines()
+            .find(|l| l.starts_with("exitprof_diagnostics_total{") && l.contains(&label));
+        assert!(sample.is_some_and(|l| l.ends_with(" 0")), "{counter}: {sample:?}\n{body}");
+    }
     served.signal(libc::SIGINT);
     assert!(served.finish().0.success());
 }
