@@ -1,4 +1,5 @@
-// What the ground-truth programs share: real-time scheduling, populated memory, children.
+// What the test programs share: real-time scheduling, populated memory, children, a thread's
+// state.
 #ifndef GROUND_TRUTH_H
 #define GROUND_TRUTH_H
 
@@ -95,6 +96,21 @@ static inline void each_child(int n, void (*body)(int)) {
         }
         wait_child(pid);
     }
+}
+
+// Whether the thread `tid` of this process has exited: its state in /proc is Z (zombie) once
+// it has (a leader that exited first stays one while its process lives), or it is gone.
+static inline int thread_exited(pid_t tid) {
+    char path[64], stat[256];
+    snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 1;
+    size_t n = fread(stat, 1, sizeof(stat) - 1, f);
+    fclose(f);
+    stat[n] = 0;
+    const char *state = strrchr(stat, ')');
+    return state && state[1] == ' ' && state[2] == 'Z';
 }
 
 #endif

@@ -12,13 +12,9 @@
  *
  * Usage: last_exits_refused
  */
-#define _GNU_SOURCE
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include "ground_truth.h"
+
 #include <sys/syscall.h>
-#include <unistd.h>
 
 static pid_t leader;
 
@@ -35,25 +31,10 @@ static void line(void)
 		die("stdin");
 }
 
-/* Whether the leader has exited: its state in /proc is Z (zombie) once it has. */
-static int leader_exited(void)
-{
-	char path[64], stat[256];
-	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", leader);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return 1;
-	size_t n = fread(stat, 1, sizeof(stat) - 1, f);
-	fclose(f);
-	stat[n] = 0;
-	const char *state = strrchr(stat, ')');
-	return state && state[1] == ' ' && state[2] == 'Z';
-}
-
 static void *last_thread(void *arg)
 {
 	(void)arg;
-	while (!leader_exited())
+	while (!thread_exited(leader))
 		usleep(1000);
 	printf("%ld\n", (long)syscall(SYS_gettid));
 	fflush(stdout);

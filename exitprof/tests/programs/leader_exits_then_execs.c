@@ -5,34 +5,15 @@
  *
  * Usage: leader_exits_then_execs PROGRAM [ARGS...]
  */
-#define _GNU_SOURCE
-#include <pthread.h>
-#include <stdio.h>
-#include <string.h>
-#include <unistd.h>
+#include "ground_truth.h"
 
 static char **program;
 static pid_t leader;
 
-/* Whether the leader has exited: its state in /proc is Z (zombie) once it has. */
-static int leader_exited(void)
-{
-	char path[64], stat[256];
-	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", leader);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return 1;
-	size_t n = fread(stat, 1, sizeof(stat) - 1, f);
-	fclose(f);
-	stat[n] = 0;
-	const char *state = strrchr(stat, ')');
-	return state && state[1] == ' ' && state[2] == 'Z';
-}
-
 static void *run(void *arg)
 {
 	(void)arg;
-	while (!leader_exited())
+	while (!thread_exited(leader))
 		usleep(1000);
 	execv(program[0], program);
 	perror("execv");
