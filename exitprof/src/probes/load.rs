@@ -271,13 +271,18 @@ fn refused(errno: i32) -> bool {
     [libc::EINVAL, libc::EACCES, libc::E2BIG, 524].contains(&errno)
 }
 
-/// The verifier's reason, from its log: its last line that is not a statistic or a dump of the
-/// states it compared.
+/// The verifier's reason, from its log: its last line that is not one of the statistics it
+/// ends with (`processed N insns ...`, and per subprogram `subprog 0 (name) main insns_self N
+/// ...` since 7.x) or a dump of the states it compared.
 fn verdict(log: &str) -> String {
     const NOT_A_REASON: [&str; 5] =
         ["processed ", "verification time", "stack depth", "cur state:", "old state:"];
-    let reason = |l: &&str| !l.is_empty() && !NOT_A_REASON.iter().any(|s| l.starts_with(s));
-    log.lines().map(str::trim).rfind(reason).unwrap_or("no reason given").to_owned()
+    let statistic = |l: &str| {
+        NOT_A_REASON.iter().any(|s| l.starts_with(s))
+            || (l.starts_with("subprog ") && l.contains(" insns_self "))
+    };
+    let reason = log.lines().map(str::trim).rfind(|l| !l.is_empty() && !statistic(l));
+    reason.unwrap_or("no reason given").to_owned()
 }
 
 /// Loads `object` with the settings of `plan` and `options`, and every program `plan`
@@ -684,7 +689,8 @@ mod tests {
     fn the_verifiers_reason_is_its_message() {
         let log = "0: (b7) r1 = 0\n1: (63) *(u32 *)(r10 -4) = r1\ninfinite loop detected at insn 2\n\
                    cur state: R1=0 R10=fp0\nold state: R1=0 R10=fp0\n\
-                   processed 5 insns (limit 1000000) max_states_per_insn 0\n";
+                   processed 5 insns (limit 1000000) max_states_per_insn 0\n\
+                   subprog 0 (rejected_by_the_verifier) main insns_self 11 insns_total 11 stack 8\n";
         assert_eq!(verdict(log), "infinite loop detected at insn 2");
         assert_eq!(verdict(""), "no reason given");
     }
