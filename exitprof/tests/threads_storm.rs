@@ -37,7 +37,8 @@ fn stages_sum_to_the_whole_exit() {
     require_root();
     let doc = run_json(&["--threads", "100", "--reps", "3", "--stagger-us", "0"]);
     let stages = doc["stages"].as_array().expect("stages list");
-    assert!(stages.len() >= 4, "expected the exit and at least three stages: {stages:#?}");
+    // Two stages at least: tracepoint mode has two from v6.16 (`x86_fpu_dropped` bounds none).
+    assert!(stages.len() >= 3, "expected the exit and at least two stages: {stages:#?}");
     let exit_total = num(&stages[0], "total_ns");
     let stage_total: f64 = stages[1..].iter().map(|s| num(s, "total_ns")).sum();
     // Totals are exact integer nanoseconds: the stages partition every exit.
