@@ -11,6 +11,7 @@ mod measure;
 mod overhead;
 mod packages;
 mod setup;
+mod soak;
 mod test;
 mod vm;
 
@@ -60,6 +61,11 @@ enum Task {
     /// per exit) and checks the formula on a minute of mixed load; writes
     /// target/always-on.json.
     BenchAlwaysOn(overhead::AlwaysOnArgs),
+    /// Runs `exitprof serve --all` and a `--comm` serve for 30 minutes under a churn of every
+    /// way tasks end; checks every exit recorded or lost once against counts of its own, every
+    /// map back to its size, memory flat, the metrics monotonic and promtool-clean. Writes
+    /// target/soak.json.
+    Soak(soak::SoakArgs),
 }
 
 fn main() -> ExitCode {
@@ -74,6 +80,7 @@ fn main() -> ExitCode {
         Task::BenchScale(args) => bench_scale::bench_scale(&args),
         Task::Bench(args) => overhead::bench(&args),
         Task::BenchAlwaysOn(args) => overhead::bench_always_on(&args),
+        Task::Soak(args) => soak::soak(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

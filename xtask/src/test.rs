@@ -6,18 +6,26 @@
 //! 3. the static binary and its Debian package (`cargo xtask dist`), which an integration test
 //!    installs;
 //! 4. integration tests, as root, one at a time (they load eBPF programs and share kernel state);
-//! 5. the VM tests on Debian kernels (kprobe and fentry modes, which this host lacks).
+//! 5. a 3-minute soak of `exitprof serve` under churn (`cargo xtask soak`), of the static binary;
+//! 6. the VM tests on Debian kernels (kprobe and fentry modes, which this host lacks).
 
-use std::{path::PathBuf, process::Command, time::Instant};
+use std::{
+    path::PathBuf,
+    process::Command,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
 
 use crate::{
     command::{cargo, root_command, run, workspace_root},
-    dist, layout, packages, setup,
+    dist, layout, packages, setup, soak,
     vm::{self, VmTestArgs},
 };
+
+/// The churn of the soak `cargo xtask test` runs (its settling and checks add some 80 s).
+const SOAK: Duration = Duration::from_secs(180);
 
 #[derive(Args)]
 pub struct TestArgs {
@@ -39,6 +47,9 @@ pub fn test(args: &TestArgs) -> anyhow::Result<()> {
     })?;
     stage("static binary and Debian package", dist::build)?;
     stage("root integration tests", integration)?;
+    stage("soak (3 minutes of churn)", || {
+        soak::run(&workspace_root().join("target/dist/exitprof"), SOAK)
+    })?;
     if args.no_vm {
         eprintln!("xtask: VM tests skipped (--no-vm): kprobe and fentry modes were not tested");
     } else {

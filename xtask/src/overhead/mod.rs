@@ -14,7 +14,7 @@
 //! command: it measures.
 
 mod always_on;
-mod background;
+pub(crate) mod background;
 mod capacity;
 mod collateral;
 mod cost;
