@@ -58,6 +58,21 @@ fn bpf_stats_count_the_programs_every_exit_runs() {
             p["program"]
         );
     }
+    // The totals are every attached program's, each counted once: every program of the plan's
+    // points is listed, once, and the totals are their sums.
+    let listed: Vec<&str> =
+        cost["programs"].as_array().unwrap().iter().filter_map(|p| p["program"].as_str()).collect();
+    for program in
+        doc["probes"].as_array().unwrap().iter().flat_map(|p| p["programs"].as_array().unwrap())
+    {
+        let program = program.as_str().unwrap();
+        let times = listed.iter().filter(|&&l| l == program).count();
+        assert_eq!(times, 1, "{program} is listed {times} times in kernel_cost: {cost}");
+    }
+    let sum =
+        |key: &str| cost["programs"].as_array().unwrap().iter().map(|p| num(p, key)).sum::<f64>();
+    assert_eq!(sum("runs"), num(cost, "runs"), "runs: {cost}");
+    assert_eq!(sum("run_ns"), num(cost, "run_ns"), "run_ns: {cost}");
     let run_ns = num(cost, "run_ns");
     assert!(run_ns > 0.0, "the programs ran for no time at all? {cost}");
     let per_exit = num(cost, "ns_per_exit");
