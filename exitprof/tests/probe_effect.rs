@@ -31,6 +31,23 @@ fn bpf_stats_show_exitprofs_own_time_beside_each_stage() {
     assert!(per_exit > 0.0, "no time of exitprof's own in the exits: {effect}");
     let rows = stages(&doc);
     assert_eq!(num(&rows[0], "probe_effect_ns"), per_exit, "the exit's row: {}", rows[0]);
+    // Every run counted in an exit is counted in one of its stages (the stage that starts at its
+    // hit): the stages' effects, weighed by the exits through them, add up to the exit's. Only
+    // a truncated record's runs are in the whole exit alone, and these exits have far fewer
+    // hits than a record holds.
+    assert_eq!(num(&doc, "truncated"), 0.0, "truncated records: {}", doc["losses"]);
+    let exits = num(&doc, "exits_recorded");
+    let in_stages: f64 =
+        rows[1..].iter().map(|s| num(s, "probe_effect_ns") * num(s, "count")).sum();
+    assert!(
+        (in_stages - per_exit * exits).abs() <= 1e-9 * per_exit * exits,
+        "the stages hold {in_stages} ns of exitprof's time, the exits {} ns:\n{}",
+        per_exit * exits,
+        rows.iter()
+            .map(|r| format!("{} x{}: {} ns", r["name"], r["count"], r["probe_effect_ns"]))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     // exitprof's programs run on the CPU inside the stages they are charged to: no stage is
     // charged more than its own on-CPU time, nor the exit more than its.
     for row in rows {
