@@ -39,7 +39,11 @@ fn the_compat_object_accounts_every_exit_and_stages_sum_to_it() {
     assert_eq!(doc["object"]["follow"], "pid_hash");
     let (expected, recorded, lost) =
         (num(&doc, "exits_expected"), num(&doc, "exits_recorded"), num(&doc, "lost"));
-    assert_eq!(recorded + lost, expected, "{}", doc["losses"]);
+    // Nothing here may lose an exit: the ring buffer holds the whole storm's records, and the
+    // storm's threads, whose pids run in turn, never want the same slots (4,096 for 1,000
+    // threads). Each loss would be the compat object's own: a slot claimed twice, a mark not
+    // found, an exit counted at two points.
+    assert_eq!((recorded, lost), (expected, 0.0), "losses: {}", doc["losses"]);
     let stages = doc["stages"].as_array().unwrap();
     let exit_total = num(&stages[0], "total_ns");
     let stage_total: f64 = stages[1..].iter().map(|s| num(s, "total_ns")).sum();
