@@ -13,7 +13,8 @@
 //!   heirs, early exits, the compat object's marks) back to its size before the churn, read from
 //!   outside by id (`bpf_maps`), and serve's groups back too: none of the churn's cgroups left;
 //! - serve's resident memory flat: its least-squares slope over the last two thirds of the churn
-//!   (the last 20 minutes of 30), at most [`RSS_BOUND_BYTES`] over that window;
+//!   (the last 20 minutes of 30), at most [`RSS_BOUND_BYTES`] over that window (a shorter soak,
+//!   which ends before serve's memory settles, checks it against what its groups may hold);
 //! - every counter and histogram of `/metrics` monotonic across the scrapes (every 10 s), and
 //!   `promtool check metrics` clean.
 //!
