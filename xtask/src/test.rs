@@ -19,6 +19,7 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 
 use crate::{
+    arch::Arch,
     command::{cargo, root_command, run, workspace_root},
     dist, layout, packages, setup, soak,
     vm::{self, VmTestArgs},
@@ -48,7 +49,7 @@ pub fn test(args: &TestArgs) -> anyhow::Result<()> {
     stage("static binary and Debian package", dist::build)?;
     stage("root integration tests", integration)?;
     stage("soak (3 minutes of churn)", || {
-        soak::run(&workspace_root().join("target/dist/exitprof"), SOAK)
+        soak::run(&dist::dir(Arch::host()).join("exitprof"), SOAK)
     })?;
     if args.no_vm {
         eprintln!("xtask: VM tests skipped (--no-vm): kprobe and fentry modes were not tested");
