@@ -90,8 +90,8 @@ fn bpf_stats_show_exitprofs_own_time_beside_each_stage() {
 /// reported. The report prices a hit at its program's run time; the exit also pays what is not
 /// in that time — the attach mechanism's dispatch (a tracepoint's call into BPF, a kprobe's
 /// breakpoint, a fentry trampoline) and the statistics' own clock reads around each run — so the
-/// measured difference is the larger. See `docs/probe-effect.md` for the figures these bounds
-/// come from.
+/// measured difference is the larger. See `docs/reference/probe-effect.md` for the figures these
+/// bounds come from.
 const MIN_RATIO: f64 = 0.4;
 const MAX_RATIO: f64 = 3.0;
 

@@ -1,5 +1,5 @@
 //! JSON (`.json`): the `--json` document, byte for byte: run metadata, the stage table and every
-//! stage's histogram buckets (see `docs/exports.md` for its keys).
+//! stage's histogram buckets (see `docs/reference/exports.md` for its keys).
 
 use super::ExportSet;
 

@@ -394,7 +394,7 @@ mod tests {
         assert_eq!(causes, keys);
     }
 
-    /// The table of docs/exports.md, as the one of `exitprof_common::counters` makes it.
+    /// The table of docs/reference/exports.md, as the one of `exitprof_common::counters` makes it.
     fn counts_table() -> String {
         let mut table = "| key | counts | meaning |\n|---|---|---|\n".to_owned();
         for (_, count) in counters::all() {
@@ -411,16 +411,17 @@ mod tests {
 
     #[test]
     fn the_docs_list_every_count_as_the_table_declares() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/exports.md");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reference/exports.md");
         let docs = std::fs::read_to_string(path).unwrap();
         let begin = "<!-- counts: the table exitprof_common::counters declares -->\n";
         let listed = docs
             .split_once(begin)
             .and_then(|(_, rest)| rest.split_once("<!-- end of counts -->"))
             .map(|(table, _)| table)
-            .expect("docs/exports.md has the table of counts between its markers");
+            .expect("docs/reference/exports.md has the table of counts between its markers");
         let table = counts_table();
-        assert_eq!(listed, table, "docs/exports.md's table of counts should read:\n{table}");
+        let wanted = "docs/reference/exports.md's table of counts should read";
+        assert_eq!(listed, table, "{wanted}:\n{table}");
     }
 
     /// Counts read back from a record file can be anything: their sum saturates.

@@ -2,8 +2,9 @@
 //! Debian system): the static binary in /usr/bin, a manual page per command and the bash, zsh
 //! and fish completions where Debian keeps them (made by exitprof itself from its command-line
 //! definition), the systemd unit of `deploy/` (no maintainer scripts, so nothing enables or
-//! starts it), the README with the pages of `docs/` it links to, the changelog, and the
-//! copyright, with the licenses of everything the static binary holds.
+//! starts it), the README with `docs/` whole (the pages it links to, which link to each other
+//! across its folders), the changelog, and the copyright, with the licenses of everything the
+//! static binary holds.
 
 use std::{
     collections::BTreeSet,
@@ -102,10 +103,10 @@ pub fn build(arch: Arch, binary: &Path, manuals: &Manuals) -> anyhow::Result<Pat
         (format!("{doc}/changelog.gz"), gzip(&changelog(version, homepage))?, 0o644),
         (format!("{doc}/third-party.txt"), third_party(&metadata)?.into_bytes(), 0o644),
     ];
-    // The README's links into docs/ resolve where it is installed too.
-    for page in doc_pages(&root.join("docs"))? {
-        let name = page.file_name().context("a docs/ entry without a name")?.to_string_lossy();
-        files.push((format!("{doc}/docs/{name}"), read(&page)?, 0o644));
+    // The README's links into docs/, and the pages' links between its folders, resolve where
+    // they are installed too: docs/ goes in whole, each file at its path under it.
+    for (path, page) in doc_pages(&root.join("docs"))? {
+        files.push((format!("{doc}/docs/{path}"), read(&page)?, 0o644));
     }
     for page in &manuals.pages {
         let name = page.file_name().context("a manual page without a name")?.to_string_lossy();
@@ -184,13 +185,24 @@ fn gzip(data: &[u8]) -> anyhow::Result<Vec<u8>> {
     Ok(encoder.finish()?)
 }
 
-/// The files of `docs/` (its pages and their figures), by name.
-fn doc_pages(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+/// The files of `docs/` and of its folders (its pages and their figures), each with its path
+/// under `docs/` (`guides/reading-a-report.md`), in order of path.
+fn doc_pages(docs: &Path) -> anyhow::Result<Vec<(String, PathBuf)>> {
     let mut pages = Vec::new();
-    for entry in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
-        let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
-        if entry.file_type()?.is_file() {
-            pages.push(entry.path());
+    let mut dirs = vec![docs.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))? {
+            let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
+            let (kind, path) = (entry.file_type()?, entry.path());
+            if kind.is_dir() {
+                dirs.push(path);
+            } else if kind.is_file() {
+                let under = path
+                    .strip_prefix(docs)?
+                    .to_str()
+                    .with_context(|| format!("{} is not named in UTF-8", path.display()))?;
+                pages.push((under.to_owned(), path.clone()));
+            }
         }
     }
     pages.sort();
@@ -281,4 +293,55 @@ fn third_party(metadata: &Value) -> anyhow::Result<String> {
          texts are in each crate's source on crates.io):\n\n{}\n",
         lines.join("\n")
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The relative link targets of a Markdown text, without their `#anchor`s.
+    fn links(text: &str) -> Vec<&str> {
+        text.split("](")
+            .skip(1)
+            .filter_map(|rest| rest.split_once(')').map(|(target, _)| target))
+            .map(|target| target.split_once('#').map_or(target, |(path, _)| path))
+            .filter(|target| !target.is_empty() && !target.contains(':'))
+            .collect()
+    }
+
+    /// Every page of `docs/` the package holds that the README, or a page it holds, links to.
+    #[test]
+    fn the_package_holds_every_page_of_docs_linked_to() {
+        let root = workspace_root();
+        let pages = doc_pages(&root.join("docs")).unwrap();
+        let installed: BTreeSet<PathBuf> =
+            pages.iter().map(|(under, _)| Path::new("docs").join(under)).collect();
+        assert!(installed.contains(Path::new("docs/reference/exports.md")), "{installed:?}");
+        let readme = ("README.md".to_owned(), root.join("README.md"));
+        let texts = pages.iter().map(|(under, path)| (format!("docs/{under}"), path.clone()));
+        for (name, path) in [readme]
+            .into_iter()
+            .chain(texts)
+            .filter(|(_, p)| p.extension().is_some_and(|e| e == "md"))
+        {
+            let text = fs::read_to_string(&path).unwrap();
+            for target in links(&text) {
+                // Resolved by hand: the target need not exist for canonicalize.
+                let mut resolved = PathBuf::new();
+                for part in Path::new(&name).parent().unwrap().join(target).components() {
+                    match part {
+                        std::path::Component::ParentDir => _ = resolved.pop(),
+                        std::path::Component::CurDir => {}
+                        other => resolved.push(other),
+                    }
+                }
+                if resolved.starts_with("docs") {
+                    assert!(
+                        installed.contains(&resolved),
+                        "{name} links to {target}, not packaged"
+                    );
+                }
+            }
+        }
+    }
 }

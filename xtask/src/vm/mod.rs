@@ -106,7 +106,7 @@ const fn scheduled(arch: Arch, series: Series, share: Share) -> Scheduled {
 /// two between them, which the kernel diff compares, the recorded storm and the ground truth in
 /// both function-probe modes; arm64's 6.1 and newest kernels their subset (6.1 attaches no
 /// fentry programs: arm64 has ftrace's direct calls since 6.4). All to keep CI within its time
-/// (`docs/testing.md` has the times measured).
+/// (`docs/internals/testing.md` has the times measured).
 pub const SCHEDULE: &[Scheduled] = &[
     scheduled(Arch::X86_64, Series::V5_10, Share::Whole),
     scheduled(Arch::X86_64, Series::Newest, Share::Whole),
