@@ -19,7 +19,7 @@ use crate::support::{exitprof, num, require_root};
 
 const MAGIC_LEN: usize = 16;
 
-/// Frame kinds of the format (docs/exports.md).
+/// Frame kinds of the format (docs/reference/exports.md).
 const DEFERRED: u8 = 3;
 const STACK: u8 = 4;
 const EXIT: u8 = 2;
