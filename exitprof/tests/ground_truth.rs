@@ -165,9 +165,11 @@ fn closing_many_descriptors_computes_in_exit_files() {
 #[test]
 fn undoing_semaphore_operations_computes_in_exit_sem() {
     require_root();
-    // Four processes, each with an undo entry in two sets of 32000 semaphores: exit_sem walks
-    // every semaphore of each set, some 1 ms each here (about 130 ms in an arm64 guest).
-    let doc = profile("sem_undo", &["2", "32000", "4"]);
+    // Four processes, each with an undo entry in four sets of 32000 semaphores: exit_sem walks
+    // every semaphore of each set, some 1 ms each here (about 260 ms in an arm64 guest). Two
+    // sets were too few in a busy 5.10 guest in kprobe mode, where each probe hit costs some
+    // 100 µs in the other stages: exit_sem held 0.39 of the exit there (0.52 with fentry).
+    let doc = profile("sem_undo", &["4", "32000", "4"]);
     let stage = assert_holds(&doc, "exit_sem");
     assert_computes_in(
         &doc,
@@ -276,9 +278,9 @@ fn assert_blocked_in(doc: &Value, code: &str, frame: &str, exits: u64, hold_ns: 
     let stage = assert_holds(doc, code);
     let (off, runq) = (num(&stage, "off_cpu_share"), num(&stage, "runq_share"));
     // Under emulation the stage's on-CPU work (and the probes in it) takes milliseconds beside
-    // the wait, more the busier the emulating host: 0.89 off-CPU was seen on 5.10 for a stage
-    // whose off-CPU time held every wait whole. The waits' own time is checked below.
-    let least_off = if emulated() { 0.75 } else { 0.9 };
+    // the wait, more the busier the emulating host: 0.89 and 0.74 off-CPU were seen on 5.10
+    // for a stage whose off-CPU time held every wait whole. The waits' own time is checked below.
+    let least_off = if emulated() { 0.7 } else { 0.9 };
     assert!(
         off >= least_off && runq < 0.1,
         "stage {} is {off:.2} off-CPU, {runq:.2} of that runnable, not blocked:\n{}",
