@@ -549,7 +549,13 @@ fn serve_awaits_no_free() {
         std::thread::sleep(Duration::from_millis(10));
     }
     wait_for_storm(storm);
-    let recorded = served.figure("exitprof_exits_recorded_total");
+    // serve takes its figures once a second, and the storm may be over in less.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut recorded = served.figure("exitprof_exits_recorded_total");
+    while recorded <= 0.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        recorded = served.figure("exitprof_exits_recorded_total");
+    }
     eprintln!(
         "{looks} looks through the storm, {recorded} exits recorded so far: at most {most} frees awaited"
     );
