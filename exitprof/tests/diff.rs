@@ -292,7 +292,9 @@ fn a_run_given_twice_is_refused() {
 fn a_side_that_lost_exits_is_shown_with_its_losses() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
-    let storm = ["--threads", "300", "--reps", "1", "--stagger-us", "0"];
+    // A burst of 2000 thread exits into a 4 KiB ring buffer: exitprof reads it as it fills, and
+    // on a quiet 2-CPU host still loses some 4 % of them (300 exits lost 0 to 2 %).
+    let storm = ["--threads", "2000", "--reps", "1", "--stagger-us", "0"];
     let whole = save_run(dir.path(), "whole", &storm);
     let lossy = (0..5)
         .map(|i| {
@@ -302,9 +304,9 @@ fn a_side_that_lost_exits_is_shown_with_its_losses() {
         })
         .find(|path| {
             let doc: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
-            num(&doc["losses"], "ringbuf_full") > 0.1 * num(&doc, "exits_recorded")
+            num(&doc["losses"], "ringbuf_full") > 0.025 * num(&doc, "exits_recorded")
         })
-        .expect("a burst of 300 thread exits into a 4 KiB ring buffer loses some of them");
+        .expect("a burst of 2000 thread exits into a 4 KiB ring buffer loses some of them");
     let doc = diff(std::slice::from_ref(&whole), std::slice::from_ref(&lossy));
     let b = &doc["b"];
     let (lost, rate) = (b["lost"][0].as_u64().unwrap(), num(b, "loss_rate"));
