@@ -310,8 +310,8 @@ fn load_object(
     let stacks_bytes = stacks_ringbuf_bytes().map_err(failed)?;
     let max_entries = sized_maps(options, stacks_bytes);
     let bytes = if compat { COMPAT_OBJECT } else { OBJECT };
-    let locked =
-        lock_memory(facts, bytes, &max_entries, &programs_loaded(plan, options)).map_err(failed)?;
+    let locked = lock_memory(facts, bytes, &max_entries, &programs_loaded(plan, compat, options))
+        .map_err(failed)?;
     // A failure said as the locked memory or the perf events it came from.
     let explain = |e: anyhow::Error| {
         privileges::explain_perf_refusal(match locked {
@@ -414,17 +414,34 @@ fn sized_maps(options: LoadOptions, stacks_bytes: u32) -> HashMap<&'static str, 
     ])
 }
 
-/// The programs `plan` loads (each once), with exec takeover's and the sampler's.
-fn programs_loaded(plan: &Plan, options: LoadOptions) -> Vec<&'static str> {
+/// The programs `plan` loads (each once), with the sampler's where it samples: what their
+/// locked memory is worked out for.
+fn programs_loaded(plan: &Plan, compat: bool, options: LoadOptions) -> Vec<&'static str> {
     let mut programs: Vec<&str> =
-        plan.points.iter().flat_map(Planned::programs).map(|(program, _)| program).collect();
-    programs.push(programs::SCHED_PROCESS_EXEC);
+        wanted_programs(plan, compat).into_iter().map(|(program, _, _)| program).collect();
     if options.probes.sample_hz > 0 {
         programs.push(programs::SAMPLE_CPU);
     }
     programs.sort_unstable();
     programs.dedup();
     programs
+}
+
+/// The tracing programs loaded for `plan`, each with how and where it is attached later: the
+/// plan's, exec takeover's, and a test's program the verifier rejects where one is asked for.
+fn wanted_programs(plan: &Plan, compat: bool) -> Vec<(&'static str, How, &str)> {
+    let mut wanted: Vec<(&str, How, &str)> = Vec::new();
+    for planned in &plan.points {
+        for (program, _) in planned.programs() {
+            wanted.push((program, planned.how, &planned.target));
+        }
+    }
+    wanted.push((programs::SCHED_PROCESS_EXEC, How::BtfTracepoint, programs::SCHED_PROCESS_EXEC));
+    // A test's default object the verifier rejects, for real.
+    if !compat && BpfObject::rejection_asked_for() {
+        wanted.push((programs::REJECTED_BY_THE_VERIFIER, How::BtfTracepoint, "sched_switch"));
+    }
+    wanted
 }
 
 /// Where the kernel charges BPF memory to RLIMIT_MEMLOCK: what `object`'s maps (sized by
@@ -472,18 +489,7 @@ fn load_programs(
     sampler: bool,
     btf: &Btf,
 ) -> Result<(), Loading> {
-    let mut wanted: Vec<(&str, How, &str)> = Vec::new();
-    for planned in &plan.points {
-        for (program, _) in planned.programs() {
-            wanted.push((program, planned.how, &planned.target));
-        }
-    }
-    wanted.push((programs::SCHED_PROCESS_EXEC, How::BtfTracepoint, programs::SCHED_PROCESS_EXEC));
-    // A test's default object the verifier rejects, for real.
-    if !compat && BpfObject::rejection_asked_for() {
-        wanted.push((programs::REJECTED_BY_THE_VERIFIER, How::BtfTracepoint, "sched_switch"));
-    }
-    for (program, how, target) in wanted {
+    for (program, how, target) in wanted_programs(plan, compat) {
         load_program(ebpf, program, how, target, btf)?;
     }
     if sampler {
