@@ -23,7 +23,7 @@ use openmetrics_parser::{openmetrics::parse_openmetrics, prometheus::parse_prome
 
 use self::{
     prometheus::Prometheus,
-    served::{Served, exchange, named_storm},
+    served::{Served, exchange, named_storm, poll_until},
 };
 use crate::support::{
     BpfIds, HeldMaps, KilledOnDrop, Watcher, assert_unloaded, cgroups::TestCgroups, num,
@@ -312,14 +312,10 @@ fn fifty_scrapers_get_whole_documents_while_exits_are_collected() {
     assert!(longest < Duration::from_secs(10), "a scrape took {longest:?}");
     // Every exit of the storm was collected while the scrapes ran.
     let expected = f64::from(100 * 300 + 1);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let recorded = loop {
-        let recorded = served.figure("exitprof_exits_recorded_total");
-        if recorded >= expected || Instant::now() > deadline {
-            break recorded;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    poll_until(Duration::from_secs(10), || {
+        served.figure("exitprof_exits_recorded_total") >= expected
+    });
+    let recorded = served.figure("exitprof_exits_recorded_total");
     let lost = served.figure("exitprof_exits_lost_total");
     assert_eq!(recorded + lost, expected, "exits recorded and lost");
     served.signal(libc::SIGINT);
@@ -365,10 +361,7 @@ fn memory_stays_flat_over_two_million_exits() {
     }
     let rss_10 = served.rss_bytes();
     wait_for_storm(storm);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while seen(&served) < expected && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    poll_until(Duration::from_secs(30), || seen(&served) >= expected);
     let rss_100 = served.rss_bytes();
     let recorded = served.figure("exitprof_exits_recorded_total");
     let lost = served.figure("exitprof_exits_lost_total");
@@ -492,14 +485,10 @@ fn bpf_stats_export_each_programs_runs_and_time() {
     );
     wait_for_storm(storm);
     let expected = f64::from(100 * 10 + 1);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while served.figure("exitprof_exits_recorded_total")
-        + served.figure("exitprof_exits_lost_total")
-        < expected
-        && Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    poll_until(Duration::from_secs(10), || {
+        served.figure("exitprof_exits_recorded_total") + served.figure("exitprof_exits_lost_total")
+            >= expected
+    });
     // serve publishes its counts once a second.
     std::thread::sleep(Duration::from_millis(1500));
     let body = served.get("/metrics", None).body;
@@ -550,12 +539,8 @@ fn serve_awaits_no_free() {
     }
     wait_for_storm(storm);
     // serve takes its figures once a second, and the storm may be over in less.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut recorded = served.figure("exitprof_exits_recorded_total");
-    while recorded <= 0.0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-        recorded = served.figure("exitprof_exits_recorded_total");
-    }
+    poll_until(Duration::from_secs(5), || served.figure("exitprof_exits_recorded_total") > 0.0);
+    let recorded = served.figure("exitprof_exits_recorded_total");
     eprintln!(
         "{looks} looks through the storm, {recorded} exits recorded so far: at most {most} frees awaited"
     );

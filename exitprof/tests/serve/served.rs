@@ -234,3 +234,18 @@ pub fn named_storm(dir: &Path, name: &str, args: &[&str]) -> Command {
     command.arg("__workload").args(args).stdout(Stdio::null());
     command
 }
+
+/// Polls `done` every 200 ms until it holds or `within` has passed (serve publishes its figures
+/// once a second): whether it held.
+pub fn poll_until(within: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
