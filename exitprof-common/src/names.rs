@@ -103,6 +103,29 @@ pub mod globals {
         CGROUP_KN_OFFSET,
         /// `offsetof(struct kernfs_node, id)`.
         KERNFS_NODE_ID_OFFSET,
+        /// `offsetof(struct nsproxy, net_ns)`.
+        NSPROXY_NET_NS_OFFSET,
+        /// `offsetof(struct task_struct, real_cred)` and `offsetof(struct cred, user_ns)`.
+        TASK_REAL_CRED_OFFSET,
+        CRED_USER_NS_OFFSET,
+        /// `offsetof(struct net, list)`: its place in the kernel's list of network namespaces.
+        NET_LIST_OFFSET,
+        /// The offset in `struct net` of its reference count (`ns.__ns_ref`, `ns.count` before
+        /// v6.18, `count` before v5.13).
+        NET_REFS_OFFSET,
+        /// The offset in `struct net` of its inode number (`ns.inum`).
+        NET_INUM_OFFSET,
+        /// `offsetof(struct net, exit_list)`: its place in a teardown run's list.
+        NET_EXIT_LIST_OFFSET,
+        /// `offsetof(struct user_namespace, work)` and the offset of its inode number.
+        USER_NS_WORK_OFFSET,
+        USER_NS_INUM_OFFSET,
+        /// Addresses of `cleanup_net` and `free_user_ns`: the work functions of the network and
+        /// user namespace teardowns.
+        CLEANUP_NET_ADDR,
+        FREE_USER_NS_ADDR,
+        /// Whose runs the `workqueue_execute_*` tracepoints time (`crate::deferred::WORK_TIMED_*`).
+        WORK_TIMED,
     }
 }
 
@@ -185,6 +208,10 @@ pub mod programs {
     pub const SYNCHRONIZE_RCU: FunctionPrograms = entry_and_return_programs!(synchronize_rcu);
     /// The parent's `release_task` of a zombie child.
     pub const REAP: FunctionPrograms = entry_and_return_programs!(reap);
+    /// `cleanup_net`, the network namespace teardown's work function.
+    pub const CLEANUP_NET: FunctionPrograms = entry_and_return_programs!(cleanup_net);
+    /// `free_user_ns`, the user namespace teardown's work function.
+    pub const FREE_USER_NS: FunctionPrograms = entry_and_return_programs!(free_user_ns);
 
     /// `syscalls:sys_enter_exit` and `syscalls:sys_enter_exit_group`: one program for both.
     pub const SYS_ENTER_EXIT: &str = "sys_enter_exit";

@@ -29,6 +29,19 @@ pub const FLAG_TRUNCATED: u32 = 1 << 3;
 /// Without it the kind of the exit is unknown.
 pub const FLAG_KIND_KNOWN: u32 = 1 << 4;
 
+/// The exit's network namespace ([`ExitRecord::net_ns`]) had no reference left at the exit's
+/// final switch-out: the namespace died with the exit (its last holders were the exit's task,
+/// its sockets, or others that let go meanwhile), and its teardown in `cleanup_net` is the
+/// exit's doing. Without it the namespace outlived the exit (other tasks, sockets, bind mounts
+/// of `/proc/PID/ns/net` or devices still held it), or the exit was in no namespace of its own.
+pub const FLAG_NET_NS_RELEASED: u32 = 1 << 5;
+
+/// The exit's network namespace still had references at its end, but none from its parent's
+/// side (the parent is in another network namespace): its task's free, an RCU grace period
+/// later, looks at the count again (a `NetNsAtFree` deferred-work record): the exit's sockets,
+/// closed by it, let go of the namespace from RCU callbacks.
+pub const FLAG_NET_NS_FREE_AWAITED: u32 = 1 << 6;
+
 /// Bytes of a task's name (`TASK_COMM_LEN`), its NUL included.
 pub const COMM_LEN: usize = 16;
 
@@ -75,6 +88,12 @@ pub struct ExitRecord {
     pub blocks: u32,
     /// Address of the task's IPC namespace when its exit started (joins deferred IPC work).
     pub ipc_ns: u64,
+    /// Address of the task's network namespace when its exit started (joins its teardown in
+    /// `cleanup_net`; see [`FLAG_NET_NS_RELEASED`]).
+    pub net_ns: u64,
+    /// Address of the task's user namespace (its credentials') when its exit started (joins
+    /// its teardown in `free_user_ns`).
+    pub user_ns: u64,
     /// The task's cgroup in the cgroup v2 hierarchy as its exit started (its id: the inode
     /// number of the cgroup's directory; the root's on a host that keeps tasks in v1 only).
     pub cgroup_id: u64,
@@ -101,5 +120,5 @@ pub const fn wire_len(n_hits: usize) -> usize {
 unsafe impl aya::Pod for ExitRecord {}
 
 // The layout userspace decodes: no padding anywhere (a `Pod` needs every byte initialised).
-const _: () = assert!(HEADER_LEN == 10 * 4 + 2 * 8 + 2 * COMM_LEN + MAX_HITS);
+const _: () = assert!(HEADER_LEN == 10 * 4 + 4 * 8 + 2 * COMM_LEN + MAX_HITS);
 const _: () = assert!(size_of::<ExitRecord>() == HEADER_LEN + MAX_HITS * size_of::<Hit>());

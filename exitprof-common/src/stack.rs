@@ -8,13 +8,18 @@ pub const STACK_DEPTH: usize = 32;
 pub const STACK_ON_CPU: u32 = 1;
 /// [`StackRecord::kind`]: the exit blocked here (switched out asleep) for [`StackRecord::ns`].
 pub const STACK_BLOCKED: u32 = 2;
+/// [`StackRecord::kind`]: the sampling clock caught a namespace teardown's kworker on a CPU
+/// (`pid` is the kworker's, `exit_start_ns` the start of its run).
+pub const STACK_TEARDOWN_ON_CPU: u32 = 3;
+/// [`StackRecord::kind`]: a namespace teardown's kworker blocked here, as `STACK_BLOCKED`.
+pub const STACK_TEARDOWN_BLOCKED: u32 = 4;
 
-/// One kernel stack of a followed exit. Only the first `STACK_HEADER_LEN + stack_len * 8`
+/// One kernel stack of a followed exit, or of a namespace teardown's run. Only the first `STACK_HEADER_LEN + stack_len * 8`
 /// bytes are sent for a block; a sample is sent whole.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct StackRecord {
-    /// `STACK_ON_CPU` or `STACK_BLOCKED`.
+    /// `STACK_ON_CPU`, `STACK_BLOCKED`, or their `STACK_TEARDOWN_*` counterparts.
     pub kind: u32,
     /// Thread id of the exiting task (initial PID namespace, as in its exit record).
     pub pid: u32,

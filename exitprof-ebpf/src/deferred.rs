@@ -18,7 +18,10 @@ use aya_ebpf::{
 };
 use exitprof_common::{
     counters,
-    deferred::{DeferredKind, DeferredRecord},
+    deferred::{
+        DEFERRED_NET_NS_RELEASED, DeferredKind, DeferredRecord, FREE_NET_CHECK, FREE_SAMPLED,
+        WORK_TIMED_FREE_IPC,
+    },
 };
 
 use crate::{
@@ -26,11 +29,12 @@ use crate::{
     free_watch::{is_watched, unwatch},
     helpers::{current_pid, now_ns, read_at, task_pid_tgid},
     maps::{
-        AWAIT_FREES, DEFERRED, DEFERRED_WAKEUP_BYTES, FREE_IPC_ADDR, FREES_AWAITED,
-        TASK_PID_OFFSET, WORK_FUNC_OFFSET, count, stopped, wakeup_flag,
+        DEFERRED, DEFERRED_WAKEUP_BYTES, FREE_IPC_ADDR, FREES_AWAITED, NET_REFS_OFFSET,
+        TASK_PID_OFFSET, WORK_FUNC_OFFSET, count, stopped, wakeup_flag, work_timed,
     },
     marks, refusals,
     task_storage::Task,
+    teardown,
 };
 
 /// A `free_ipc` run in progress, keyed by the kworker's pid.
@@ -69,14 +73,49 @@ fn set_ipc_run_on_cpu(pid: u32) {
 static REAPING: HashMap<u32, (u32, u64)> = HashMap::with_max_entries(4096, 0);
 
 fn emit(kind: DeferredKind, start_ns: u64, end_ns: u64, object: u64, wait_ns: u64) {
-    let record =
-        DeferredRecord { kind: kind as u32, pid: current_pid(), start_ns, end_ns, object, wait_ns };
-    if DEFERRED
-        .output::<DeferredRecord>(record, wakeup_flag(&DEFERRED, &DEFERRED_WAKEUP_BYTES))
-        .is_err()
-    {
+    emit_record(DeferredRecord {
+        kind: kind as u32,
+        pid: current_pid(),
+        start_ns,
+        end_ns,
+        object,
+        wait_ns,
+        runq_ns: 0,
+        inum: 0,
+        count: 0,
+        flags: 0,
+        pad: 0,
+    });
+}
+
+/// Sends a deferred-work record (or counts it lost, the ring buffer full). It is written into
+/// its place in the ring buffer field by field, each store volatile: written whole, or stored
+/// together, neighbouring zero fields became a call of `memset`, a byte loop that the verifier
+/// follows store by store (past its bound, inside the loop of a namespace walk).
+#[inline(always)]
+pub fn emit_record(record: DeferredRecord) {
+    let flags = wakeup_flag(&DEFERRED, &DEFERRED_WAKEUP_BYTES);
+    let Some(mut entry) = DEFERRED.reserve::<DeferredRecord>(0) else {
         count(counters::DEFERRED_RINGBUF_FULL);
+        return;
+    };
+    let r = entry.as_mut_ptr();
+    // SAFETY: the reserved entry, written whole before it is submitted.
+    unsafe {
+        use core::ptr::write_volatile as put;
+        put(&raw mut (*r).kind, record.kind);
+        put(&raw mut (*r).pid, record.pid);
+        put(&raw mut (*r).start_ns, record.start_ns);
+        put(&raw mut (*r).end_ns, record.end_ns);
+        put(&raw mut (*r).object, record.object);
+        put(&raw mut (*r).wait_ns, record.wait_ns);
+        put(&raw mut (*r).runq_ns, record.runq_ns);
+        put(&raw mut (*r).inum, record.inum);
+        put(&raw mut (*r).count, record.count);
+        put(&raw mut (*r).flags, record.flags);
+        put(&raw mut (*r).pad, 0);
     }
+    entry.submit(flags);
 }
 
 fn open_ipc_run() {
@@ -198,24 +237,30 @@ pub fn workqueue_queue_work(ctx: BtfTracePointContext) -> i32 {
 }
 
 /// `workqueue_execute_start(struct work_struct *work)`: in tracepoint mode, a run of the work
-/// item whose function is `free_ipc` (address from kallsyms).
+/// item whose function is `free_ipc` (address from kallsyms), or of a namespace teardown's
+/// (`crate::teardown`). Each address is set only where its function is not probed itself.
 #[btf_tracepoint]
 pub fn workqueue_execute_start(ctx: BtfTracePointContext) -> i32 {
     let work: *const u8 = ctx.arg(0);
-    if read_at::<u64>(work, WORK_FUNC_OFFSET.load()) == Some(FREE_IPC_ADDR.load()) {
+    let Some(func) = read_at::<u64>(work, WORK_FUNC_OFFSET.load()) else { return 0 };
+    if func == FREE_IPC_ADDR.load() && work_timed(WORK_TIMED_FREE_IPC) {
         open_ipc_run();
+    } else {
+        teardown::work_started(work, func);
     }
     0
 }
 
 /// `workqueue_execute_end(struct work_struct *work, work_func_t function)`: a kworker runs one
-/// work item at a time, so the end after a `free_ipc` start is that run's end. (The verifier
-/// does not let a BTF tracepoint read `function`, a pointer to a function prototype.)
+/// work item at a time, so the end after a `free_ipc` start (or a teardown's) is that run's end.
+/// (The verifier does not let a BTF tracepoint read `function`, a pointer to a function
+/// prototype.)
 #[btf_tracepoint]
 pub fn workqueue_execute_end(_ctx: BtfTracePointContext) -> i32 {
     if in_ipc_run() {
         close_ipc_run();
     }
+    teardown::work_ended();
     0
 }
 
@@ -297,11 +342,13 @@ pub fn sys_exit_wait4(ctx: TracePointContext) -> u32 {
 
 /// `sched_process_free(struct task_struct *p)`, from the RCU callback that frees a task (after
 /// its final switch-out: `delayed_put_task_struct`, called once the task is dead and reaped).
-/// The free of a task whose exit was recorded, and is awaited (one in `FREES_SAMPLED`), is
-/// reported. The rest is for exits whose final switch-out went unseen: an exit still open when
-/// its task is freed never showed its end (it began before a probe it needed was attached, say),
-/// it is counted lost and its slot released, for the next exit that needs it; a refused exit's
-/// task is forgotten. Each is looked for: nothing kept for a task may outlive it.
+/// The free of a task whose exit was recorded, and is awaited, is reported: one in
+/// `FREES_SAMPLED` where frees are reported, and those whose network namespace is looked at
+/// again then, a grace period after their sockets let go of it. The rest is for exits whose
+/// final switch-out went unseen: an exit still open when its task is freed never showed its end
+/// (it began before a probe it needed was attached, say), it is counted lost and its slot
+/// released, for the next exit that needs it; a refused exit's task is forgotten. Each is looked
+/// for: nothing kept for a task may outlive it.
 #[btf_tracepoint]
 pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
     // The task's address as a number: the context's first argument read as plain memory.
@@ -313,10 +360,27 @@ pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
     let task: Task = ctx.arg(0);
     let key = key(task);
     // SAFETY: the value is copied out at once.
-    let awaited = (AWAIT_FREES.load() != 0).then(|| unsafe { FREES_AWAITED.get(key) }.copied());
-    if let Some(pid) = awaited.flatten() {
+    if let Some(awaited) = unsafe { FREES_AWAITED.get(key) }.copied() {
         let now = now_ns();
-        emit(DeferredKind::TaskFreed, now, now, u64::from(pid), 0);
+        if awaited.why & FREE_SAMPLED != 0 {
+            emit(DeferredKind::TaskFreed, now, now, u64::from(awaited.pid), 0);
+        }
+        if awaited.why & FREE_NET_CHECK != 0 {
+            let refs = read_at::<u32>(awaited.net_ns as *const u8, NET_REFS_OFFSET.load());
+            emit_record(DeferredRecord {
+                kind: DeferredKind::NetNsAtFree as u32,
+                pid: current_pid(),
+                start_ns: now,
+                end_ns: now,
+                object: u64::from(awaited.pid),
+                wait_ns: 0,
+                runq_ns: 0,
+                inum: 0,
+                count: 0,
+                flags: if refs == Some(0) { DEFERRED_NET_NS_RELEASED } else { 0 },
+                pad: 0,
+            });
+        }
         if FREES_AWAITED.remove(key).is_ok() {
             unwatch(address);
         }

@@ -5,34 +5,31 @@
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_cgroup_id, bpf_get_smp_processor_id},
-    macros::map,
-    maps::Array,
 };
 use exitprof_common::{
     counters,
-    deferred::is_free_sampled,
+    deferred::{AwaitedFree, FREE_NET_CHECK, FREE_SAMPLED, is_free_sampled},
     point::{Marker, marker_code},
     record::{
         ExitRecord, FLAG_GROUP_DEAD, FLAG_GROUP_DEAD_EXACT, FLAG_KIND_KNOWN, FLAG_LATE_START,
-        FLAG_TRUNCATED, MAX_HITS, wire_len,
+        FLAG_NET_NS_FREE_AWAITED, FLAG_NET_NS_RELEASED, FLAG_TRUNCATED, MAX_HITS, wire_len,
     },
-    stack::StackRecord,
 };
 
 use crate::{
     follow::{Following, following, forget_heir},
     free_watch::{current_address, is_watched, unwatch, watch},
     helpers::{
-        EEXIST, current_ns_pid_tgid, current_pid_tgid, group_live, ipc_ns, is_exiting, now_ns,
-        process_comm, task_comm, task_pid_tgid,
+        EEXIST, current_ns_pid_tgid, current_pid_tgid, group_live, is_exiting, namespaces, now_ns,
+        process_comm, read_at, real_parent, task_comm, task_pid_tgid,
     },
     maps::{
-        AWAIT_FREES, EXIT_SLOT_MASK, EXIT_SLOTS, EXITS, EXITS_WAKEUP_BYTES, FREES_AWAITED, add,
-        count, epoch, stopped, wakeup_flag,
+        AWAIT_FREES, EXIT_SLOT_MASK, EXIT_SLOTS, EXITS, EXITS_WAKEUP_BYTES, FREES_AWAITED,
+        NET_REFS_OFFSET, count, epoch, stopped, wakeup_flag,
     },
     owners::{claim, clear, owner},
     refusals::{forget, refuse, was_refused},
-    sched::back_on_cpu,
+    sched::{OffCpu, add_early_exits},
     task_storage::{Task, current_task},
 };
 
@@ -49,12 +46,13 @@ pub enum Opens {
     Never,
 }
 
-/// [`ExitState::flags`]: the task was switched out while still runnable (preempted), so the
-/// time until it runs again is spent waiting for a CPU.
-pub const OFF_RUNNABLE: u32 = 1 << 0;
-/// [`ExitState::flags`]: the exit opened before its task set `PF_EXITING`, and is counted in
-/// [`EARLY_EXITS`] until a probe sees the flag set.
-const EARLY: u32 = 1 << 1;
+/// [`ExitState::flags`]: the exit opened before its task set `PF_EXITING`, and is counted among
+/// the early exits (`crate::sched::add_early_exits`) until a probe sees the flag set. Exits
+/// block before `exit_signals` sets the flag (a tracer's exit stop in `ptrace_event`, the wait
+/// for a core dump in `coredump_task_exit`, cancelling io_uring requests), and in tracepoint mode
+/// they open earlier still (the exit system call, a fatal `SIGKILL`): while any is, `sched_switch`
+/// looks at every task it switches, not only those with `PF_EXITING`.
+const EARLY: u32 = 1 << 0;
 
 /// One exit's state, from its first probe point to its final switch-out. Kept by the kernel
 /// side only: userspace receives its `record`, and its `block` once for each block whose stack
@@ -62,46 +60,15 @@ const EARLY: u32 = 1 << 1;
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ExitState {
-    /// When the task last switched out while exiting (0 while it is on a CPU).
-    pub off_since_ns: u64,
-    /// Off-CPU time of the exit so far, and the part of it spent runnable (each hit takes a
-    /// copy of both).
-    pub off_cpu_ns: u64,
-    pub runq_ns: u64,
-    /// `OFF_RUNNABLE` and `EARLY` bits.
+    /// The exit's time off a CPU so far (each hit takes a copy of its totals), and the stack of
+    /// its block in progress.
+    pub off: OffCpu,
+    /// The `EARLY` bit.
     pub flags: u32,
     /// Padding, zero.
     pub pad: u32,
-    /// The kernel stack where the task blocked last, taken as it switched out (`stack_len` 0:
-    /// none was taken); sent with the block's length when the task is back on a CPU.
-    pub block: StackRecord,
     /// The exit record.
     pub record: ExitRecord,
-}
-
-/// Exits opened before their task set `PF_EXITING` and not yet seen with it. Exits block
-/// before `exit_signals` sets the flag (a tracer's exit stop in `ptrace_event`, the wait for a
-/// core dump in `coredump_task_exit`, cancelling io_uring requests), and in tracepoint mode
-/// they open earlier still (the exit system call, a fatal `SIGKILL`): while this is not zero,
-/// `sched_switch` looks at every task it switches, not only those with `PF_EXITING`.
-#[map]
-static EARLY_EXITS: Array<u64> = Array::with_max_entries(1, 0);
-
-/// Whether any exit in progress has not been seen with `PF_EXITING` yet.
-#[inline(always)]
-pub fn early_exits() -> bool {
-    EARLY_EXITS.get_ptr(0).is_some_and(|count| {
-        // SAFETY: an array slot; an aligned 8-byte load is atomic.
-        unsafe { core::ptr::read_volatile(count) != 0 }
-    })
-}
-
-#[inline(always)]
-fn add_early(n: u64) {
-    if let Some(count) = EARLY_EXITS.get_ptr_mut(0) {
-        // SAFETY: an array slot, changed only atomically.
-        unsafe { add(count, n) };
-    }
 }
 
 /// The exit's task has set `PF_EXITING` (or its exit is over): it no longer needs
@@ -110,7 +77,7 @@ fn add_early(n: u64) {
 pub fn leave_early(state: &mut ExitState) {
     if state.flags & EARLY != 0 {
         state.flags &= !EARLY;
-        add_early(u64::MAX);
+        add_early_exits(u64::MAX);
     }
 }
 
@@ -259,11 +226,8 @@ fn extend(task: Task, state: &mut ExitState, point: u8, opens: Opens, now: u64) 
 fn start(task: Task, state: &mut ExitState, late: bool) {
     let (pid, tgid) = current_pid_tgid();
     let (ns_pid, ns_tgid) = current_ns_pid_tgid();
-    state.off_since_ns = 0;
-    state.off_cpu_ns = 0;
-    state.runq_ns = 0;
+    state.off.reset();
     state.flags = 0;
-    state.block.stack_len = 0;
     let record = &mut state.record;
     record.pid = pid;
     record.tgid = tgid;
@@ -274,14 +238,17 @@ fn start(task: Task, state: &mut ExitState, late: bool) {
     record.flags = if late { FLAG_LATE_START } else { 0 };
     record.epoch = epoch();
     record.blocks = 0;
-    record.ipc_ns = ipc_ns(task);
+    let namespaces = namespaces(task);
+    record.ipc_ns = namespaces.ipc;
+    record.net_ns = namespaces.net;
+    record.user_ns = namespaces.user;
     // SAFETY: a helper without arguments or side effects.
     record.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     record.comm = task_comm(task);
     record.process_comm = if pid == tgid { record.comm } else { process_comm(task) };
     if !is_exiting(task) {
         state.flags |= EARLY;
-        add_early(1);
+        add_early_exits(1);
         // Before `PF_EXITING`, `do_exit` has not yet taken the task out of its group's live
         // threads: the only live one ends the group.
         if group_live(task) == Some(1) {
@@ -295,9 +262,9 @@ fn start(task: Task, state: &mut ExitState, late: bool) {
 /// `sched_switch` showed its return, and its interval closes now, late.
 #[inline(always)]
 fn returned_unseen(state: &mut ExitState, now: u64) {
-    if state.off_since_ns != 0 {
+    if state.off.off_since_ns != 0 {
         count(counters::UNSEEN_RETURN);
-        back_on_cpu(state, now);
+        state.off.back(now);
     }
 }
 
@@ -305,7 +272,7 @@ fn returned_unseen(state: &mut ExitState, now: u64) {
 /// slots loses the hits in between, is flagged truncated, and still ends where the exit ended.
 #[inline(always)]
 fn push_hit(state: &mut ExitState, point: u8, now: u64) {
-    let (off_cpu_ns, runq_ns) = (state.off_cpu_ns, state.runq_ns);
+    let (off_cpu_ns, runq_ns) = (state.off.off_cpu_ns, state.off.runq_ns);
     let record = &mut state.record;
     let i = record.n_hits as usize;
     let last = point == marker_code(Marker::FinalSwitch);
@@ -357,8 +324,9 @@ pub fn end_lost(state: &mut ExitState, cause: u32) {
 }
 
 /// Ends the exit of `task` at its final switch-out: sends its record and releases its slot.
-/// Where frees are reported ([`AWAIT_FREES`]), the free of one task in
-/// [`exitprof_common::deferred::FREES_SAMPLED`] is awaited.
+/// Its free is awaited: where frees are reported ([`AWAIT_FREES`]), one task's in
+/// [`exitprof_common::deferred::FREES_SAMPLED`]; and a task's whose network namespace is to be
+/// looked at again then (`FLAG_NET_NS_FREE_AWAITED`).
 #[inline(always)]
 pub fn finish_exit(task: Task, slot: Slot, state: &mut ExitState, now: u64) {
     returned_unseen(state, now);
@@ -367,6 +335,7 @@ pub fn finish_exit(task: Task, slot: Slot, state: &mut ExitState, now: u64) {
     // Opened in an earlier run, which counted it unfinished: neither sent nor counted here.
     let this_run = state.record.epoch == epoch();
     if this_run {
+        note_net_ns(task, &mut state.record);
         send(task, &mut state.record);
     }
     let pid = state.record.pid;
@@ -380,19 +349,22 @@ pub fn finish_exit(task: Task, slot: Slot, state: &mut ExitState, now: u64) {
     }
     // After the record is in the ring buffer: userspace that sees the count also finds it.
     count(counters::EXITS_ENDED);
-    if AWAIT_FREES.load() != 0 && is_free_sampled(pid) {
-        await_free(key(task), address, pid);
+    let sampled = AWAIT_FREES.load() != 0 && is_free_sampled(pid);
+    let net_check = state.record.flags & FLAG_NET_NS_FREE_AWAITED != 0;
+    let why = if sampled { FREE_SAMPLED } else { 0 } | if net_check { FREE_NET_CHECK } else { 0 };
+    if why != 0 {
+        await_free(key(task), address, AwaitedFree { pid, why, net_ns: state.record.net_ns });
     }
 }
 
-/// The free of the task `key` (at `address`), whose exit was recorded with pid `pid`, is
-/// awaited. An entry already there is an earlier task's at the same address, whose free went
+/// The free of the task `key` (at `address`), whose exit was recorded, is awaited as `awaited`
+/// says. An entry already there is an earlier task's at the same address, whose free went
 /// unseen: it is replaced, and the address is watched once for both.
 #[inline(always)]
-fn await_free(key: u64, address: u64, pid: u32) {
-    match FREES_AWAITED.insert(key, pid, u64::from(BPF_NOEXIST)) {
+fn await_free(key: u64, address: u64, awaited: AwaitedFree) {
+    match FREES_AWAITED.insert(key, awaited, u64::from(BPF_NOEXIST)) {
         Ok(()) => watch(address),
-        Err(e) if e == -EEXIST && FREES_AWAITED.insert(key, pid, 0).is_ok() => {}
+        Err(e) if e == -EEXIST && FREES_AWAITED.insert(key, awaited, 0).is_ok() => {}
         Err(_) => count(counters::DEFERRED_STATE_FULL),
     }
 }
@@ -409,6 +381,29 @@ pub fn unrecorded_exit_ends(task: Task, address: u64) {
         unwatch(address);
     }
     forget_heir(task);
+}
+
+/// Flags the exit whose network namespace has no reference left at its end: the namespace
+/// died with it (`FLAG_NET_NS_RELEASED`). `do_exit` dropped the task's namespaces in
+/// `exit_task_namespaces` and closed its files in `exit_task_work` by now, but sockets let go of
+/// their namespace from RCU callbacks: where references are left and the parent (`task` is the
+/// current task, which has no namespaces any more) is in another network namespace, the task's
+/// free, after a grace period, looks again (`FLAG_NET_NS_FREE_AWAITED`). An exit whose parent
+/// shares its namespace did not leave it. The namespace's memory is only freed at the end of its
+/// teardown; a teardown that started before this read (whose count reads as anything) is told
+/// from its start time, before the exit's end, and userspace judges it by that.
+#[inline(always)]
+fn note_net_ns(task: Task, record: &mut ExitRecord) {
+    if record.net_ns == 0 {
+        return;
+    }
+    match read_at::<u32>(record.net_ns as *const u8, NET_REFS_OFFSET.load()) {
+        Some(0) => record.flags |= FLAG_NET_NS_RELEASED,
+        Some(_) if namespaces(real_parent(task)).net != record.net_ns => {
+            record.flags |= FLAG_NET_NS_FREE_AWAITED;
+        }
+        _ => {}
+    }
 }
 
 /// Sends the record of an exit that has ended (or counts it lost, the ring buffer full).

@@ -12,10 +12,10 @@ use exitprof_common::record::COMM_LEN;
 
 use crate::{
     maps::{
-        NSPROXY_IPC_NS_OFFSET, PIDNS_DEV, PIDNS_INO, SIGNAL_GROUP_EXEC_TASK_OFFSET,
-        SIGNAL_LIVE_OFFSET, TASK_COMM_OFFSET, TASK_FLAGS_OFFSET, TASK_GROUP_LEADER_OFFSET,
-        TASK_NSPROXY_OFFSET, TASK_PID_OFFSET, TASK_REAL_PARENT_OFFSET, TASK_SIGNAL_OFFSET,
-        TASK_TGID_OFFSET,
+        CRED_USER_NS_OFFSET, NSPROXY_IPC_NS_OFFSET, NSPROXY_NET_NS_OFFSET, PIDNS_DEV, PIDNS_INO,
+        SIGNAL_GROUP_EXEC_TASK_OFFSET, SIGNAL_LIVE_OFFSET, TASK_COMM_OFFSET, TASK_FLAGS_OFFSET,
+        TASK_GROUP_LEADER_OFFSET, TASK_NSPROXY_OFFSET, TASK_PID_OFFSET, TASK_REAL_CRED_OFFSET,
+        TASK_REAL_PARENT_OFFSET, TASK_SIGNAL_OFFSET, TASK_TGID_OFFSET,
     },
     task_storage::Task,
 };
@@ -206,9 +206,27 @@ pub fn process_comm(task: Task) -> [u8; COMM_LEN] {
     task_comm(group_leader(task))
 }
 
-/// `task->nsproxy->ipc_ns`: the IPC namespace `task` belongs to (0 if unknown).
+/// The namespaces of `task` whose teardowns exitprof joins to its exit (0 where unknown).
+#[derive(Clone, Copy)]
+pub struct Namespaces {
+    /// `task->nsproxy->ipc_ns`.
+    pub ipc: u64,
+    /// `task->nsproxy->net_ns`.
+    pub net: u64,
+    /// `task->real_cred->user_ns`: the user namespace its credentials belong to.
+    pub user: u64,
+}
+
+/// The namespaces `task` belongs to.
 #[inline(always)]
-pub fn ipc_ns(task: Task) -> u64 {
+pub fn namespaces(task: Task) -> Namespaces {
     let nsproxy: *const u8 = task_field(task, TASK_NSPROXY_OFFSET.load());
-    if nsproxy.is_null() { 0 } else { field(nsproxy, NSPROXY_IPC_NS_OFFSET.load()) }
+    let (ipc, net) = if nsproxy.is_null() {
+        (0, 0)
+    } else {
+        (field(nsproxy, NSPROXY_IPC_NS_OFFSET.load()), field(nsproxy, NSPROXY_NET_NS_OFFSET.load()))
+    };
+    let cred: *const u8 = task_field(task, TASK_REAL_CRED_OFFSET.load());
+    let user = if cred.is_null() { 0 } else { field(cred, CRED_USER_NS_OFFSET.load()) };
+    Namespaces { ipc, net, user }
 }

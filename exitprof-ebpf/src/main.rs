@@ -30,6 +30,7 @@ mod rejected;
 mod sampler;
 mod sched;
 mod task_storage;
+mod teardown;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -8,7 +8,7 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
-use exitprof_common::{counters, sizes::COMM_LEN};
+use exitprof_common::{counters, deferred::AwaitedFree, sizes::COMM_LEN};
 
 use crate::exit_state::ExitState;
 
@@ -32,10 +32,11 @@ pub static EXIT_OWNERS: HashMap<u32, u64> = HashMap::with_max_entries(4096, 0);
 #[unsafe(no_mangle)]
 pub static EXIT_SLOT_MASK: Global<u32> = Global::new(4095);
 
-/// Tasks whose exits were recorded (one in `FREES_SAMPLED`) and which are not freed yet:
-/// task -> pid, for the report of the free (`sched_process_free`). Sized by userspace at load.
+/// Tasks whose exits were recorded and which are not freed yet, whose free is reported
+/// (`sched_process_free`): one in `FREES_SAMPLED`, and those whose network namespace is looked
+/// at again then. Sized by userspace at load.
 #[map]
-pub static FREES_AWAITED: HashMap<u64, u32> = HashMap::with_max_entries(4096, 0);
+pub static FREES_AWAITED: HashMap<u64, AwaitedFree> = HashMap::with_max_entries(4096, 0);
 
 /// Non-zero where the frees of recorded exits are reported (a run's deferred work); zero where
 /// nothing would read their records (`serve`), and none is awaited.
@@ -209,6 +210,62 @@ pub static KERNFS_NODE_ID_OFFSET: Global<u32> = Global::new(0);
 /// Address of `free_ipc` (kallsyms): the work function that frees IPC namespaces.
 #[unsafe(no_mangle)]
 pub static FREE_IPC_ADDR: Global<u64> = Global::new(0);
+
+/// `offsetof(struct nsproxy, net_ns)`.
+#[unsafe(no_mangle)]
+pub static NSPROXY_NET_NS_OFFSET: Global<u32> = Global::new(0);
+
+/// `offsetof(struct task_struct, real_cred)`.
+#[unsafe(no_mangle)]
+pub static TASK_REAL_CRED_OFFSET: Global<u32> = Global::new(0);
+
+/// `offsetof(struct cred, user_ns)`.
+#[unsafe(no_mangle)]
+pub static CRED_USER_NS_OFFSET: Global<u32> = Global::new(0);
+
+/// `offsetof(struct net, list)`: a network namespace's place in `net_namespace_list`.
+#[unsafe(no_mangle)]
+pub static NET_LIST_OFFSET: Global<u32> = Global::new(0);
+
+/// Where `struct net` keeps its reference count: `ns.__ns_ref` (v6.18+), `ns.count` (v5.13+),
+/// `count` before.
+#[unsafe(no_mangle)]
+pub static NET_REFS_OFFSET: Global<u32> = Global::new(0);
+
+/// Where `struct net` keeps its inode number (`ns.inum`).
+#[unsafe(no_mangle)]
+pub static NET_INUM_OFFSET: Global<u32> = Global::new(0);
+
+/// `offsetof(struct net, exit_list)`: its place in `cleanup_net`'s `net_exit_list`.
+#[unsafe(no_mangle)]
+pub static NET_EXIT_LIST_OFFSET: Global<u32> = Global::new(0);
+
+/// `offsetof(struct user_namespace, work)`: the work item `__put_user_ns` schedules.
+#[unsafe(no_mangle)]
+pub static USER_NS_WORK_OFFSET: Global<u32> = Global::new(0);
+
+/// Where `struct user_namespace` keeps its inode number (`ns.inum`).
+#[unsafe(no_mangle)]
+pub static USER_NS_INUM_OFFSET: Global<u32> = Global::new(0);
+
+/// Address of `cleanup_net` (kallsyms): the work function that tears network namespaces down.
+#[unsafe(no_mangle)]
+pub static CLEANUP_NET_ADDR: Global<u64> = Global::new(0);
+
+/// Address of `free_user_ns` (kallsyms): the work function that frees a user namespace.
+#[unsafe(no_mangle)]
+pub static FREE_USER_NS_ADDR: Global<u64> = Global::new(0);
+
+/// The work functions whose runs `workqueue_execute_start` and `_end` time
+/// (`exitprof_common::deferred::WORK_TIMED_*`): those not probed themselves.
+#[unsafe(no_mangle)]
+pub static WORK_TIMED: Global<u32> = Global::new(0);
+
+/// Whether the runs of the work function `bit` names are timed by the workqueue tracepoints.
+#[inline(always)]
+pub fn work_timed(bit: u32) -> bool {
+    WORK_TIMED.load() & bit != 0
+}
 
 /// Adds one to a counter.
 #[inline(always)]

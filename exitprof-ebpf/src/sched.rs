@@ -3,24 +3,22 @@
 use aya_ebpf::{
     EbpfContext as _,
     helpers::{bpf_get_smp_processor_id, generated::bpf_get_stack},
-    macros::btf_tracepoint,
-    maps::PerCpuArray,
+    macros::{btf_tracepoint, map},
+    maps::{Array, PerCpuArray},
     programs::BtfTracePointContext,
 };
 use exitprof_common::{
     counters,
-    stack::{STACK_BLOCKED, STACK_DEPTH, stack_wire_len},
+    stack::{STACK_BLOCKED, STACK_DEPTH, StackRecord, stack_wire_len},
 };
 
 use crate::{
-    exit_state::{
-        ExitState, OFF_RUNNABLE, early_exits, exit_slot, exit_state, finish_exit, leave_early,
-        unrecorded_exit_ends,
-    },
+    exit_state::{exit_slot, exit_state, finish_exit, leave_early, unrecorded_exit_ends},
     free_watch::current_address,
     helpers::{is_exiting, now_ns},
-    maps::{BLOCK_WALKS_PER_SEC, STACKS, STACKS_WAKEUP_BYTES, count, wakeup_flag},
+    maps::{BLOCK_WALKS_PER_SEC, STACKS, STACKS_WAKEUP_BYTES, add, count, wakeup_flag},
     task_storage::Task,
+    teardown,
 };
 
 /// `TASK_DEAD` in `task_struct::__state` (include/linux/sched.h, unchanged since v4.14).
@@ -28,21 +26,81 @@ const TASK_DEAD: u32 = 0x80;
 /// `TASK_RUNNING`: switched out while runnable.
 const TASK_RUNNING: u32 = 0;
 
+/// What makes `sched_switch` look at tasks that are not exiting: exits opened before their task
+/// set `PF_EXITING` (see `crate::exit_state::EARLY`), and namespace teardowns running in their
+/// kworkers (`crate::teardown`). One value, so that a switch with neither reads one line.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SwitchWatch {
+    early_exits: u64,
+    teardown_runs: u64,
+}
+
+#[map]
+static SWITCH_WATCH: Array<SwitchWatch> = Array::with_max_entries(1, 0);
+
+/// The watch, if the map gives it.
+#[inline(always)]
+fn switch_watch() -> Option<*mut SwitchWatch> {
+    SWITCH_WATCH.get_ptr_mut(0)
+}
+
+/// Whether `sched_switch` must look at every task it switches.
+#[inline(always)]
+fn watching_every_switch() -> bool {
+    switch_watch().is_some_and(|watch| {
+        // SAFETY: an array slot; aligned 8-byte loads are atomic.
+        unsafe {
+            core::ptr::read_volatile(&raw const (*watch).early_exits)
+                | core::ptr::read_volatile(&raw const (*watch).teardown_runs)
+                != 0
+        }
+    })
+}
+
+/// Whether any namespace teardown is running in a kworker.
+#[inline(always)]
+pub fn teardown_runs() -> bool {
+    switch_watch().is_some_and(|watch| {
+        // SAFETY: as in `watching_every_switch`.
+        unsafe { core::ptr::read_volatile(&raw const (*watch).teardown_runs) != 0 }
+    })
+}
+
+/// Adds `n` (wrapping: `u64::MAX` takes one away) to the exits opened before `PF_EXITING`.
+#[inline(always)]
+pub fn add_early_exits(n: u64) {
+    if let Some(watch) = switch_watch() {
+        // SAFETY: an array slot, changed only atomically.
+        unsafe { add(&raw mut (*watch).early_exits, n) };
+    }
+}
+
+/// Adds `n` (wrapping, as `add_early_exits`) to the teardown runs in progress.
+#[inline(always)]
+pub fn add_teardown_runs(n: u64) {
+    if let Some(watch) = switch_watch() {
+        // SAFETY: an array slot, changed only atomically.
+        unsafe { add(&raw mut (*watch).teardown_runs, n) };
+    }
+}
+
 /// `sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
 /// unsigned int prev_state)` (the `prev_state` argument exists since v5.18).
 ///
 /// `prev` is the current task. An exiting task leaving in `TASK_DEAD` ends its exit; any other
 /// switch-out of an exiting task starts an off-CPU interval, which its next switch-in closes.
+/// The kworker of a namespace teardown in progress is timed alike.
 ///
 /// This runs on every context switch of the machine, so before anything else it reads only the
-/// two tasks' flags and one shared word: a task that is not exiting (`PF_EXITING`, set by
+/// two tasks' flags and one shared line: a task that is not exiting (`PF_EXITING`, set by
 /// `exit_signals` early in `do_exit`) costs no map access at all while no exit is in its first
-/// instants, before `exit_signals` (see `EARLY_EXITS`).
+/// instants, before `exit_signals`, and no teardown runs (see [`SwitchWatch`]).
 #[btf_tracepoint]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     let prev: Task = ctx.arg(1);
     let next: Task = ctx.arg(2);
-    if !is_exiting(prev) && !is_exiting(next) && !early_exits() {
+    if !is_exiting(prev) && !is_exiting(next) && !watching_every_switch() {
         return 0;
     }
     let now = now_ns();
@@ -53,6 +111,9 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     let prev_state = crate::helpers::task_state(prev);
     switch_out(&ctx, prev, preempt != 0, prev_state, now);
     switch_in(next, now);
+    if teardown_runs() {
+        teardown::switched(&ctx, prev, next, preempt != 0, prev_state, now);
+    }
     0
 }
 
@@ -64,10 +125,136 @@ pub fn sched_switch_floor(_ctx: BtfTracePointContext) -> i32 {
     0
 }
 
+/// The time off a CPU of a task exitprof times (an exiting task, a teardown's kworker): when it
+/// last switched out, what it has spent off a CPU so far, and where it blocks.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct OffCpu {
+    /// When the task last switched out (0 while it is on a CPU).
+    pub off_since_ns: u64,
+    /// Off-CPU time so far, and the part of it spent runnable.
+    pub off_cpu_ns: u64,
+    pub runq_ns: u64,
+    /// Non-zero while the task is switched out runnable (preempted): it waits for a CPU, not
+    /// for an event.
+    pub runnable: u32,
+    /// Padding, zero.
+    pub pad: u32,
+    /// The kernel stack where the task blocked last, taken as it switched out (`stack_len` 0:
+    /// none was taken); sent with the block's length when the task is back on a CPU.
+    pub block: StackRecord,
+}
+
+/// Who a block's stack belongs to, as its record names it.
+#[derive(Clone, Copy)]
+pub struct StackOwner {
+    /// `STACK_BLOCKED` or `STACK_TEARDOWN_BLOCKED`.
+    pub kind: u32,
+    pub pid: u32,
+    /// The exit's, or the teardown run's, start.
+    pub start_ns: u64,
+    /// Hits the exit's record holds (0 for a teardown).
+    pub n_hits: u32,
+}
+
+impl OffCpu {
+    /// Nothing spent off a CPU yet.
+    #[inline(always)]
+    pub fn reset(&mut self) {
+        self.off_since_ns = 0;
+        self.off_cpu_ns = 0;
+        self.runq_ns = 0;
+        self.runnable = 0;
+        self.block.stack_len = 0;
+    }
+
+    /// The task (the current one) leaves its CPU at `now`, not for good. A block's kernel stack
+    /// is taken now, while the task is current: walked later, from another task, the kernel's
+    /// unwinder would leave out the lock and wait functions (`__sched` code), which say where
+    /// it waits. Returns whether it blocked (switched out asleep).
+    #[inline(always)]
+    pub fn leave(
+        &mut self,
+        ctx: &BtfTracePointContext,
+        preempt: bool,
+        prev_state: u32,
+        now: u64,
+        owner: StackOwner,
+    ) -> bool {
+        self.off_since_ns = now;
+        self.block.stack_len = 0;
+        // Preempted (even after setting a sleeping state, as the kernel's `preempt` says), it
+        // waits for a CPU, not for an event: no stack to take.
+        if preempt || prev_state == TASK_RUNNING {
+            self.runnable = 1;
+            return false;
+        }
+        if !take_walk(now) {
+            count(counters::STACKS_SKIPPED);
+            return true;
+        }
+        let block = &mut self.block;
+        // SAFETY: the buffer is the block record's own array, of the size given.
+        let bytes = unsafe {
+            bpf_get_stack(
+                ctx.as_ptr(),
+                block.stack.as_mut_ptr().cast(),
+                (STACK_DEPTH * 8) as u32,
+                0,
+            )
+        };
+        if bytes <= 0 {
+            return true;
+        }
+        block.kind = owner.kind;
+        block.pid = owner.pid;
+        block.exit_start_ns = owner.start_ns;
+        block.ts_ns = now;
+        block.n_hits = owner.n_hits;
+        // SAFETY: no side effects.
+        block.cpu = unsafe { bpf_get_smp_processor_id() };
+        block.stack_len = (bytes / 8) as u32;
+        count(counters::STACKS_WALKED);
+        true
+    }
+
+    /// Closes the off-CPU interval of a task back on a CPU at `now`, if one is open. A block
+    /// whose stack was taken goes to userspace with its length: every block is accounted to
+    /// where it waited, not only the longest.
+    #[inline(always)]
+    pub fn back(&mut self, now: u64) {
+        if self.off_since_ns == 0 {
+            return;
+        }
+        // The interval may have opened on another CPU, whose clock can read a little ahead of
+        // this one's (bpf_ktime_get_ns is the NMI-safe fast clock): behind, it is an instant,
+        // not 2^64 ns.
+        let off = now.saturating_sub(self.off_since_ns);
+        self.off_cpu_ns += off;
+        self.off_since_ns = 0;
+        if self.runnable != 0 {
+            self.runq_ns += off;
+            self.runnable = 0;
+            return;
+        }
+        let frames = self.block.stack_len as usize;
+        if frames == 0 {
+            return;
+        }
+        self.block.ns = off;
+        let len = stack_wire_len(if frames > STACK_DEPTH { STACK_DEPTH } else { frames });
+        // SAFETY: `len` never exceeds the size of the record it is read from.
+        let bytes =
+            unsafe { core::slice::from_raw_parts((&raw const self.block).cast::<u8>(), len) };
+        if STACKS.output::<[u8]>(bytes, wakeup_flag(&STACKS, &STACKS_WAKEUP_BYTES)).is_err() {
+            count(counters::BLOCK_STACKS_LOST);
+        }
+        self.block.stack_len = 0;
+    }
+}
+
 /// The task `prev` (the current task) leaves its CPU; if it is exiting: for good in `TASK_DEAD`,
-/// else for a while. A block's kernel stack is taken now, while the task is current: walked
-/// later, from another task, the kernel's unwinder would leave out the lock and wait functions
-/// (`__sched` code), which say where it waits.
+/// else for a while.
 #[inline(always)]
 fn switch_out(ctx: &BtfTracePointContext, prev: Task, preempt: bool, prev_state: u32, now: u64) {
     let dead = prev_state & TASK_DEAD != 0;
@@ -86,36 +273,15 @@ fn switch_out(ctx: &BtfTracePointContext, prev: Task, preempt: bool, prev_state:
     if is_exiting(prev) {
         leave_early(state);
     }
-    state.off_since_ns = now;
-    state.block.stack_len = 0;
-    // Preempted (even after setting a sleeping state, as the kernel's `preempt` says), it waits
-    // for a CPU, not for an event: no stack to take.
-    if preempt || prev_state == TASK_RUNNING {
-        state.flags |= OFF_RUNNABLE;
-        return;
-    }
-    state.record.blocks += 1;
-    if !take_walk(now) {
-        count(counters::STACKS_SKIPPED);
-        return;
-    }
-    let block = &mut state.block;
-    // SAFETY: the buffer is the block record's own array, of the size given.
-    let bytes = unsafe {
-        bpf_get_stack(ctx.as_ptr(), block.stack.as_mut_ptr().cast(), (STACK_DEPTH * 8) as u32, 0)
+    let owner = StackOwner {
+        kind: STACK_BLOCKED,
+        pid: state.record.pid,
+        start_ns: state.record.hits[0].ts_ns,
+        n_hits: state.record.n_hits,
     };
-    if bytes <= 0 {
-        return;
+    if state.off.leave(ctx, preempt, prev_state, now, owner) {
+        state.record.blocks += 1;
     }
-    block.kind = STACK_BLOCKED;
-    block.pid = state.record.pid;
-    block.exit_start_ns = state.record.hits[0].ts_ns;
-    block.ts_ns = now;
-    block.n_hits = state.record.n_hits;
-    // SAFETY: no side effects.
-    block.cpu = unsafe { bpf_get_smp_processor_id() };
-    block.stack_len = (bytes / 8) as u32;
-    count(counters::STACKS_WALKED);
 }
 
 /// The task `next` comes back to a CPU.
@@ -125,38 +291,7 @@ fn switch_in(next: Task, now: u64) {
     if is_exiting(next) {
         leave_early(state);
     }
-    if state.off_since_ns != 0 {
-        back_on_cpu(state, now);
-    }
-}
-
-/// Closes the off-CPU interval of a followed exit that is back on a CPU at `now`. A block whose
-/// stack was taken goes to userspace with its length: every block of an exit is accounted to
-/// where it waited, not only its longest.
-#[inline(always)]
-pub fn back_on_cpu(state: &mut ExitState, now: u64) {
-    // The interval may have opened on another CPU, whose clock can read a little ahead of this
-    // one's (bpf_ktime_get_ns is the NMI-safe fast clock): behind, it is an instant, not 2^64 ns.
-    let off = now.saturating_sub(state.off_since_ns);
-    state.off_cpu_ns += off;
-    state.off_since_ns = 0;
-    if state.flags & OFF_RUNNABLE != 0 {
-        state.runq_ns += off;
-        state.flags &= !OFF_RUNNABLE;
-        return;
-    }
-    let frames = state.block.stack_len as usize;
-    if frames == 0 {
-        return;
-    }
-    state.block.ns = off;
-    let len = stack_wire_len(if frames > STACK_DEPTH { STACK_DEPTH } else { frames });
-    // SAFETY: `len` never exceeds the size of the record it is read from.
-    let bytes = unsafe { core::slice::from_raw_parts((&raw const state.block).cast::<u8>(), len) };
-    if STACKS.output::<[u8]>(bytes, wakeup_flag(&STACKS, &STACKS_WAKEUP_BYTES)).is_err() {
-        count(counters::BLOCK_STACKS_LOST);
-    }
-    state.block.stack_len = 0;
+    state.off.back(now);
 }
 
 /// Walks a CPU may still make before its budget refills, in thousandths, and when it was last

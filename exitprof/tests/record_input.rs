@@ -168,7 +168,7 @@ fn undecodable_stacks_and_deferred_work_lose_no_exit() {
 #[test]
 fn a_header_version_that_does_not_match_the_body_is_refused() {
     let (version, frames) = recorded();
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
     let out = report(1, &frames);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");

@@ -214,6 +214,13 @@ impl DeferredWork {
                     }
                 }
             }
+            // Namespace teardowns are `crate::analysis::teardown`'s.
+            Some(
+                DeferredKind::NetTeardownRun
+                | DeferredKind::NetNsTornDown
+                | DeferredKind::UserNsTeardown
+                | DeferredKind::NetNsAtFree,
+            ) => {}
             None => log::warn!("unknown deferred-work record kind {}", r.kind),
         }
     }
@@ -374,7 +381,14 @@ mod tests {
     }
 
     fn record(kind: DeferredKind, start_ns: u64, end_ns: u64, object: u64) -> DeferredRecord {
-        DeferredRecord { kind: kind as u32, pid: 99, start_ns, end_ns, object, wait_ns: 0 }
+        DeferredRecord {
+            kind: kind as u32,
+            pid: 99,
+            start_ns,
+            end_ns,
+            object,
+            ..DeferredRecord::default()
+        }
     }
 
     #[test]

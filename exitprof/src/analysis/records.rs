@@ -4,10 +4,13 @@ use exitprof_common::{
     deferred::DeferredRecord,
     point::Point,
     record::{
-        COMM_LEN, ExitRecord, FLAG_GROUP_DEAD, FLAG_KIND_KNOWN, FLAG_TRUNCATED, HEADER_LEN, Hit,
-        MAX_HITS, wire_len,
+        COMM_LEN, ExitRecord, FLAG_GROUP_DEAD, FLAG_KIND_KNOWN, FLAG_NET_NS_FREE_AWAITED,
+        FLAG_NET_NS_RELEASED, FLAG_TRUNCATED, HEADER_LEN, Hit, MAX_HITS, wire_len,
     },
-    stack::{STACK_BLOCKED, STACK_DEPTH, STACK_HEADER_LEN, STACK_ON_CPU, StackRecord},
+    stack::{
+        STACK_BLOCKED, STACK_DEPTH, STACK_HEADER_LEN, STACK_ON_CPU, STACK_TEARDOWN_BLOCKED,
+        STACK_TEARDOWN_ON_CPU, StackRecord,
+    },
 };
 use serde::Serialize;
 
@@ -40,6 +43,10 @@ pub struct Exit {
     /// Times the task blocked (switched out asleep) during its exit.
     pub blocks: u32,
     pub ipc_ns: u64,
+    /// The addresses of its network and user namespaces (0: unknown, in a record of an earlier
+    /// format).
+    pub net_ns: u64,
+    pub user_ns: u64,
     /// The task's cgroup v2 id as its exit started (0: unknown, in a record of an earlier
     /// format).
     pub cgroup_id: u64,
@@ -199,6 +206,8 @@ impl Exit {
             epoch: record.epoch,
             blocks: record.blocks,
             ipc_ns: record.ipc_ns,
+            net_ns: record.net_ns,
+            user_ns: record.user_ns,
             cgroup_id: record.cgroup_id,
             comm: TaskName(record.comm),
             process_comm: TaskName(record.process_comm),
@@ -214,6 +223,18 @@ impl Exit {
             (true, true) => ExitKind::Process,
             (true, false) => ExitKind::Thread,
         }
+    }
+
+    /// Whether its network namespace had no reference left at its end: the namespace died with
+    /// it.
+    pub fn net_ns_released(&self) -> bool {
+        self.flags & FLAG_NET_NS_RELEASED != 0
+    }
+
+    /// Whether its task's free looks at its network namespace's count again (references were
+    /// left at its end, none from its parent's side).
+    pub fn net_ns_free_awaited(&self) -> bool {
+        self.flags & FLAG_NET_NS_FREE_AWAITED != 0
     }
 
     /// Whether hits were lost for want of slots: the stages between the last kept hit and the
@@ -290,7 +311,26 @@ pub struct KernelStack {
     pub stack: Vec<u64>,
 }
 
+/// Whose kernel stack a record holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackOwner {
+    /// A followed exit's.
+    Exit,
+    /// A namespace teardown's kworker, in the run that started at the record's `exit` time.
+    Teardown,
+}
+
+/// Whose stack the kernel stack record `bytes` holds (`None`: no record's kind).
+pub fn stack_owner(bytes: &[u8]) -> Option<StackOwner> {
+    match u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?) {
+        STACK_ON_CPU | STACK_BLOCKED => Some(StackOwner::Exit),
+        STACK_TEARDOWN_ON_CPU | STACK_TEARDOWN_BLOCKED => Some(StackOwner::Teardown),
+        _ => None,
+    }
+}
+
 /// Decodes a kernel stack record: a sample (sent whole) or a block (sent up to its last frame).
+/// A teardown's stack decodes alike, its `exit` naming its run (the kworker and the run's start).
 pub fn decode_stack(bytes: &[u8]) -> Option<KernelStack> {
     let len = bytes.len();
     if len < STACK_HEADER_LEN
@@ -307,8 +347,8 @@ pub fn decode_stack(bytes: &[u8]) -> Option<KernelStack> {
         record.assume_init()
     };
     let kind = match s.kind {
-        STACK_ON_CPU => StackKind::OnCpu,
-        STACK_BLOCKED => StackKind::Blocked,
+        STACK_ON_CPU | STACK_TEARDOWN_ON_CPU => StackKind::OnCpu,
+        STACK_BLOCKED | STACK_TEARDOWN_BLOCKED => StackKind::Blocked,
         _ => return None,
     };
     let frames = s.stack_len as usize;
@@ -354,6 +394,8 @@ pub(crate) mod tests {
         record.lost_hits = exit.lost_hits;
         record.cpu = exit.cpu;
         record.ipc_ns = exit.ipc_ns;
+        record.net_ns = exit.net_ns;
+        record.user_ns = exit.user_ns;
         record.cgroup_id = exit.cgroup_id;
         record.comm = exit.comm.0;
         record.process_comm = exit.process_comm.0;
@@ -394,10 +436,10 @@ pub(crate) mod tests {
                 PointHit { point, ts_ns, off_cpu_ns, runq_ns }
             });
         let names = any::<[[u8; COMM_LEN]; 2]>().prop_map(|n| n.map(TaskName));
-        (any::<[u32; 9]>(), any::<[u64; 2]>(), names, vec(hit, 0..=MAX_HITS)).prop_map(
+        (any::<[u32; 9]>(), any::<[u64; 4]>(), names, vec(hit, 0..=MAX_HITS)).prop_map(
             |(
                 [pid, tgid, ns_pid, ns_tgid, flags, lost_hits, cpu, epoch, blocks],
-                [ipc_ns, cgroup_id],
+                [ipc_ns, net_ns, user_ns, cgroup_id],
                 [comm, process_comm],
                 hits,
             )| {
@@ -412,6 +454,8 @@ pub(crate) mod tests {
                     epoch,
                     blocks,
                     ipc_ns,
+                    net_ns,
+                    user_ns,
                     cgroup_id,
                     comm,
                     process_comm,
@@ -629,16 +673,40 @@ pub(crate) mod tests {
     /// Any deferred-work record: every kind and some that are none, pids and objects from a
     /// small range (so that they meet the exits of a test), any times.
     pub(crate) fn any_deferred() -> impl Strategy<Value = DeferredRecord> {
-        (0..8u32, 0..8u32, any::<u64>(), any::<u64>(), 0..8u64, any::<u64>()).prop_map(
-            |(kind, pid, start_ns, end_ns, object, wait_ns)| DeferredRecord {
-                kind,
-                pid,
-                start_ns,
-                end_ns,
-                object,
-                wait_ns,
-            },
+        (
+            0..11u32,
+            0..8u32,
+            any::<u64>(),
+            any::<u64>(),
+            0..8u64,
+            any::<[u64; 2]>(),
+            any::<[u32; 3]>(),
         )
+            .prop_map(
+                |(
+                    kind,
+                    pid,
+                    start_ns,
+                    end_ns,
+                    object,
+                    [wait_ns, runq_ns],
+                    [inum, count, flags],
+                )| {
+                    DeferredRecord {
+                        kind,
+                        pid,
+                        start_ns,
+                        end_ns,
+                        object,
+                        wait_ns,
+                        runq_ns,
+                        inum,
+                        count: count % 8,
+                        flags,
+                        pad: 0,
+                    }
+                },
+            )
     }
 
     proptest! {

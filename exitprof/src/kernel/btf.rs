@@ -226,6 +226,50 @@ pub struct KernelLayout {
     pub kernfs_node_id: u32,
     /// `sched_process_exit(p, group_dead)` since v6.16; `(p)` before.
     pub exit_tp_group_dead: bool,
+    /// Where an exit's network and user namespaces are found, and what their teardowns read.
+    pub namespaces: NamespaceLayout,
+}
+
+/// The offsets the namespace teardowns need: where a task's network and user namespaces are,
+/// and the fields of each that name it, count its references and place it.
+#[derive(Clone, Copy, Debug)]
+pub struct NamespaceLayout {
+    pub nsproxy_net_ns: u32,
+    pub task_real_cred: u32,
+    pub cred_user_ns: u32,
+    /// `net.list`, in `net_namespace_list`.
+    pub net_list: u32,
+    /// The reference count of a `struct net`: `ns.__ns_ref` (v6.18+), `ns.count` (v5.13+),
+    /// `count` before.
+    pub net_refs: u32,
+    /// `net.ns.inum`.
+    pub net_inum: u32,
+    /// `net.exit_list`, in a `cleanup_net` run's `net_exit_list`.
+    pub net_exit_list: u32,
+    /// `user_namespace.work` and `user_namespace.ns.inum`.
+    pub user_ns_work: u32,
+    pub user_ns_inum: u32,
+}
+
+impl NamespaceLayout {
+    fn read(btf: &KernelBtf) -> Result<Self, BtfError> {
+        btf.look_up(&["net", "ns_common", "cred", "user_namespace"]);
+        let common = |field| btf.field_offset("ns_common", field);
+        let in_ns = |strukt, field| Ok(btf.field_offset(strukt, "ns")? + common(field)?);
+        Ok(Self {
+            nsproxy_net_ns: btf.field_offset("nsproxy", "net_ns")?,
+            task_real_cred: btf.field_offset("task_struct", "real_cred")?,
+            cred_user_ns: btf.field_offset("cred", "user_ns")?,
+            net_list: btf.field_offset("net", "list")?,
+            net_refs: in_ns("net", "__ns_ref")
+                .or_else(|_: BtfError| in_ns("net", "count"))
+                .or_else(|_| btf.field_offset("net", "count"))?,
+            net_inum: in_ns("net", "inum")?,
+            net_exit_list: btf.field_offset("net", "exit_list")?,
+            user_ns_work: btf.field_offset("user_namespace", "work")?,
+            user_ns_inum: in_ns("user_namespace", "inum")?,
+        })
+    }
 }
 
 impl KernelLayout {
@@ -265,6 +309,7 @@ impl KernelLayout {
             cgroup_kn: btf.field_offset("cgroup", "kn")?,
             kernfs_node_id: btf.field_offset("kernfs_node", "id")?,
             exit_tp_group_dead: btf.tracepoint_arg_count("sched_process_exit") >= 2,
+            namespaces: NamespaceLayout::read(btf)?,
         })
     }
 }

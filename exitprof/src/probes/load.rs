@@ -1,6 +1,11 @@
 //! Loads exitprof's eBPF object and attaches its programs as the probe plan says.
 
-use std::{collections::HashMap, os::fd::AsFd as _, path::Path, time::Instant};
+use std::{
+    collections::{HashMap, HashSet},
+    os::fd::AsFd as _,
+    path::Path,
+    time::Instant,
+};
 
 use anyhow::{Context as _, bail};
 use aya::{
@@ -171,7 +176,12 @@ pub fn load_and_attach(
 ) -> anyhow::Result<Probes> {
     let started = Instant::now();
     let mut probes = load_verified(plan, facts, options)?;
-    let mut attacher = Attacher { probes: &mut probes, tracefs: facts.tracefs.as_path(), options };
+    let mut attacher = Attacher {
+        probes: &mut probes,
+        tracefs: facts.tracefs.as_path(),
+        options,
+        attached: HashSet::new(),
+    };
     attacher.attach_plan(plan).map_err(privileges::explain_perf_refusal)?;
     log::info!(
         "loaded and attached {} programs in {} ms",
@@ -300,6 +310,10 @@ fn load_object(
         .as_ref()
         .map_err(|why| failed(anyhow::anyhow!("exitprof needs the kernel's BTF: {why}")))?;
     let free_ipc = facts.kallsyms.address("free_ipc").unwrap_or(0);
+    let cleanup_net = facts.kallsyms.address("cleanup_net").unwrap_or(0);
+    let free_user_ns = facts.kallsyms.address("free_user_ns").unwrap_or(0);
+    let work_timed = plan.work_timed();
+    let ns = &layout.namespaces;
     let (pidns_dev, pidns_ino) = pid_namespace().map_err(failed)?;
     let compat = object.is_compat();
     ensure_compat_can_follow(compat, pidns_ino).map_err(failed)?;
@@ -360,6 +374,18 @@ fn load_object(
         )
         .override_global(globals::CGROUP_KN_OFFSET, &layout.cgroup_kn, true)
         .override_global(globals::KERNFS_NODE_ID_OFFSET, &layout.kernfs_node_id, true)
+        .override_global(globals::CLEANUP_NET_ADDR, &cleanup_net, true)
+        .override_global(globals::FREE_USER_NS_ADDR, &free_user_ns, true)
+        .override_global(globals::WORK_TIMED, &work_timed, true)
+        .override_global(globals::NSPROXY_NET_NS_OFFSET, &ns.nsproxy_net_ns, true)
+        .override_global(globals::TASK_REAL_CRED_OFFSET, &ns.task_real_cred, true)
+        .override_global(globals::CRED_USER_NS_OFFSET, &ns.cred_user_ns, true)
+        .override_global(globals::NET_LIST_OFFSET, &ns.net_list, true)
+        .override_global(globals::NET_REFS_OFFSET, &ns.net_refs, true)
+        .override_global(globals::NET_INUM_OFFSET, &ns.net_inum, true)
+        .override_global(globals::NET_EXIT_LIST_OFFSET, &ns.net_exit_list, true)
+        .override_global(globals::USER_NS_WORK_OFFSET, &ns.user_ns_work, true)
+        .override_global(globals::USER_NS_INUM_OFFSET, &ns.user_ns_inum, true)
         // The compat object's own settings.
         .override_global(compat_globals::TASK_STATE_OFFSET, &layout.task_state, compat)
         .override_global(
@@ -437,6 +463,10 @@ fn wanted_programs(plan: &Plan, compat: bool) -> Vec<(&'static str, How, &str)> 
         }
     }
     wanted.push((programs::SCHED_PROCESS_EXEC, How::BtfTracepoint, programs::SCHED_PROCESS_EXEC));
+    // Points that share a program and its target (the workqueue tracepoints standing in for
+    // several work functions) load it once.
+    let mut seen = HashSet::new();
+    wanted.retain(|&(program, _, target)| seen.insert((program, target)));
     // A test's default object the verifier rejects, for real.
     if !compat && BpfObject::rejection_asked_for() {
         wanted.push((programs::REJECTED_BY_THE_VERIFIER, How::BtfTracepoint, "sched_switch"));
@@ -532,9 +562,10 @@ fn load_program(
     loaded.map_err(|e| Loading::of_program(e, program))
 }
 
-/// The deferred-work ring buffer: records of 48 bytes, a few per exit at most (reaps, one free
-/// in 16, IPC namespace frees), read every 20 ms: some 5,000 fit. Every mapped byte of a ring
-/// buffer is resident in exitprof, twice (its pages are mapped twice, for records that wrap).
+/// The deferred-work ring buffer: records of 80 bytes, a few per exit at most (reaps, one free
+/// in 16, IPC namespace frees, namespace teardowns), read every 20 ms: some 3,000 fit. Every
+/// mapped byte of a ring buffer is resident in exitprof, twice (its pages are mapped twice, for
+/// records that wrap).
 const DEFERRED_RINGBUF_BYTES: u32 = 256 << 10;
 
 /// The kernel stack ring buffer: 64 KiB per CPU (some 200 on-CPU samples of ~300 bytes, 200 ms
@@ -580,6 +611,9 @@ struct Attacher<'a> {
     probes: &'a mut Probes,
     tracefs: &'a Path,
     options: LoadOptions,
+    /// Each program and target attached: points that share one (the workqueue tracepoints
+    /// standing in for several work functions) attach it once.
+    attached: HashSet<(String, String)>,
 }
 
 impl Attacher<'_> {
@@ -634,6 +668,9 @@ impl Attacher<'_> {
 
     /// Attaches `program`, loaded ([`load_verified`]), as `how` to `target`.
     fn attach(&mut self, program: &str, how: How, target: &str, ret: bool) -> anyhow::Result<()> {
+        if !self.attached.insert((program.to_owned(), target.to_owned())) {
+            return Ok(());
+        }
         let prog: &mut Program = self
             .probes
             .ebpf

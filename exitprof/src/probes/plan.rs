@@ -9,6 +9,7 @@
 use std::{collections::HashSet, fmt};
 
 use exitprof_common::{
+    deferred,
     names::{FunctionPrograms, programs},
     point::{ExitFn, Marker, Point},
 };
@@ -108,6 +109,16 @@ pub enum DeferredSite {
     Wait4Return,
     /// `sched_process_free`: the RCU callback that frees a task.
     TaskFree,
+    /// `cleanup_net`: a run of the network namespace teardown (a batch of namespaces).
+    CleanupNet,
+    /// Tracepoint fallbacks for `cleanup_net`: its work item's runs.
+    NetWorkqueueStart,
+    NetWorkqueueEnd,
+    /// `free_user_ns`: a user namespace's teardown.
+    FreeUserNs,
+    /// Tracepoint fallbacks for `free_user_ns`: its work items' runs.
+    UserNsWorkqueueStart,
+    UserNsWorkqueueEnd,
 }
 
 /// The cgroups made and removed during a run, whose paths name the exits in them.
@@ -143,6 +154,12 @@ impl SiteId {
                 DeferredSite::Kfree => "kfree (in free_ipc)",
                 DeferredSite::Wait4Return => "wait4 return (reap)",
                 DeferredSite::TaskFree => "sched_process_free",
+                DeferredSite::CleanupNet => "cleanup_net",
+                DeferredSite::NetWorkqueueStart => "workqueue_execute_start (cleanup_net)",
+                DeferredSite::NetWorkqueueEnd => "workqueue_execute_end (cleanup_net)",
+                DeferredSite::FreeUserNs => "free_user_ns",
+                DeferredSite::UserNsWorkqueueStart => "workqueue_execute_start (free_user_ns)",
+                DeferredSite::UserNsWorkqueueEnd => "workqueue_execute_end (free_user_ns)",
             },
             Self::Cgroup(CgroupSite::Made) => "cgroup_mkdir",
             Self::Cgroup(CgroupSite::Removed) => "cgroup_rmdir",
@@ -350,6 +367,30 @@ const SITES: &[Site] = &[
         REAP,
     ),
     site(TASK_FREE, Hook::BtfTracepoint(programs::SCHED_PROCESS_FREE)),
+    // Namespace teardowns: their work functions, or their work items' runs (the tracepoints
+    // are those of free_ipc's fallback, attached once whichever needs them).
+    site(CLEANUP_NET, probed("cleanup_net", &[], programs::CLEANUP_NET)),
+    fallback(
+        SiteId::Deferred(DeferredSite::NetWorkqueueStart),
+        Hook::BtfTracepoint(programs::WORKQUEUE_EXECUTE_START),
+        CLEANUP_NET,
+    ),
+    fallback(
+        SiteId::Deferred(DeferredSite::NetWorkqueueEnd),
+        Hook::BtfTracepoint(programs::WORKQUEUE_EXECUTE_END),
+        CLEANUP_NET,
+    ),
+    site(FREE_USER_NS, probed("free_user_ns", &[], programs::FREE_USER_NS)),
+    fallback(
+        SiteId::Deferred(DeferredSite::UserNsWorkqueueStart),
+        Hook::BtfTracepoint(programs::WORKQUEUE_EXECUTE_START),
+        FREE_USER_NS,
+    ),
+    fallback(
+        SiteId::Deferred(DeferredSite::UserNsWorkqueueEnd),
+        Hook::BtfTracepoint(programs::WORKQUEUE_EXECUTE_END),
+        FREE_USER_NS,
+    ),
     // The workloads of exits.
     // BTF tracepoints, which need no perf event: Debian's and Ubuntu's kernels refuse
     // `perf_event_open` without CAP_SYS_ADMIN at their default `perf_event_paranoid` of 3.
@@ -375,6 +416,31 @@ const TASK_FREE: SiteId = SiteId::Deferred(DeferredSite::TaskFree);
 const FREE_IPC_NS: SiteId = SiteId::Deferred(DeferredSite::FreeIpcNs);
 const SHM_EXIT_NS: SiteId = SiteId::Deferred(DeferredSite::ShmExitNs);
 const REAP: SiteId = SiteId::Deferred(DeferredSite::Reap);
+const CLEANUP_NET: SiteId = SiteId::Deferred(DeferredSite::CleanupNet);
+const FREE_USER_NS: SiteId = SiteId::Deferred(DeferredSite::FreeUserNs);
+
+/// The work functions whose runs the `workqueue_execute_*` tracepoints stand in for, each with
+/// its site, the sites of its fallbacks, and its bit of the eBPF side's `WORK_TIMED`.
+const WORK_FUNCTIONS: [(&str, SiteId, [DeferredSite; 2], u32); 3] = [
+    (
+        "free_ipc",
+        FREE_IPC_NS,
+        [DeferredSite::WorkqueueStart, DeferredSite::WorkqueueEnd],
+        deferred::WORK_TIMED_FREE_IPC,
+    ),
+    (
+        "cleanup_net",
+        CLEANUP_NET,
+        [DeferredSite::NetWorkqueueStart, DeferredSite::NetWorkqueueEnd],
+        deferred::WORK_TIMED_CLEANUP_NET,
+    ),
+    (
+        "free_user_ns",
+        FREE_USER_NS,
+        [DeferredSite::UserNsWorkqueueStart, DeferredSite::UserNsWorkqueueEnd],
+        deferred::WORK_TIMED_FREE_USER_NS,
+    ),
+];
 
 /// What the user wants beyond the exit path itself.
 #[derive(Clone, Copy, Debug, Default)]
@@ -648,6 +714,38 @@ impl Plan {
         self.points.iter().any(|p| p.site == SiteId::Deferred(DeferredSite::SynchronizeRcu))
     }
 
+    /// The eBPF side's `WORK_TIMED`: the work functions whose runs the workqueue tracepoints
+    /// time, where they stand in for the function's own probes.
+    pub fn work_timed(&self) -> u32 {
+        let planned = |site: SiteId| self.points.iter().any(|p| p.site == site);
+        WORK_FUNCTIONS
+            .iter()
+            .filter(|(_, _, fallbacks, _)| fallbacks.iter().all(|&f| planned(SiteId::Deferred(f))))
+            .map(|&(_, _, _, bit)| bit)
+            .fold(0, |bits, bit| bits | bit)
+    }
+
+    /// Whether the runs of a namespace teardown's work function are seen: by its own probes,
+    /// or by its work item's (`function` as `WORK_FUNCTIONS` names it).
+    pub fn sees_teardowns_of(&self, function: &str) -> bool {
+        let planned = |site: SiteId| self.points.iter().any(|p| p.site == site);
+        WORK_FUNCTIONS.iter().filter(|(name, ..)| *name == function).any(
+            |(_, site, fallbacks, _)| {
+                planned(*site) || fallbacks.iter().all(|&f| planned(SiteId::Deferred(f)))
+            },
+        )
+    }
+
+    /// Whether the runs of the network namespace teardown, `cleanup_net`, are seen.
+    pub fn sees_net_teardowns(&self) -> bool {
+        self.sees_teardowns_of("cleanup_net")
+    }
+
+    /// Whether the user namespace teardowns, `free_user_ns`, are seen.
+    pub fn sees_user_ns_teardowns(&self) -> bool {
+        self.sees_teardowns_of("free_user_ns")
+    }
+
     /// Whether reaps are seen as `wait4` returns, which name the child by its pid in the
     /// parent's PID namespace (else by `release_task`, which names it by its kernel pid).
     pub fn reaps_from_wait4(&self) -> bool {
@@ -667,6 +765,16 @@ impl Plan {
             .join("; ");
         Err(PlanError::MissingBoundary { what, why })
     }
+}
+
+/// The work function whose work items a `workqueue_*` site looks for, if it is one.
+fn work_function_of(site: SiteId) -> Option<&'static str> {
+    if site == SiteId::Deferred(DeferredSite::WorkqueueQueue) {
+        return Some("free_ipc");
+    }
+    WORK_FUNCTIONS.iter().find_map(|&(function, _, fallbacks, _)| {
+        fallbacks.iter().any(|&f| site == SiteId::Deferred(f)).then_some(function)
+    })
 }
 
 /// Looks up in one pass the BTF types that planning and loading the sites will ask for: the
@@ -716,16 +824,10 @@ fn btf_tracepoint_usable(facts: &KernelFacts, site: SiteId, name: &str) -> Resul
         return Err(format!("x86 only: {} has no tracepoint in exit_thread", facts.arch.name));
     }
     let btf = facts.btf.as_ref().ok_or("kernel BTF is missing")?;
-    let reads_work_items = matches!(
-        site,
-        SiteId::Deferred(
-            DeferredSite::WorkqueueQueue
-                | DeferredSite::WorkqueueStart
-                | DeferredSite::WorkqueueEnd
-        )
-    );
-    if reads_work_items && facts.kallsyms.address("free_ipc").is_none_or(|a| a == 0) {
-        return Err("the address of free_ipc is not in kallsyms".to_owned());
+    if let Some(function) = work_function_of(site)
+        && facts.kallsyms.address(function).is_none_or(|a| a == 0)
+    {
+        return Err(format!("the address of {function} is not in kallsyms"));
     }
     if site == SiteId::Marker(Marker::X86FpuDropped) && facts.version >= FPU_DROP_SKIPPED_SINCE {
         return Err(FPU_DROP_SKIPPED.to_owned());

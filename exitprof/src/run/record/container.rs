@@ -18,7 +18,7 @@ use std::{
     path::Path,
 };
 
-use exitprof_common::record::ExitRecord;
+use exitprof_common::{deferred::DeferredRecord, record::ExitRecord};
 use flate2::{Compression, bufread::GzDecoder, write::GzEncoder};
 
 use crate::base::atomic_file::AtomicFile;
@@ -29,7 +29,10 @@ pub const MAGIC: &[u8; 16] = b"exitprof record\n";
 /// exitprof would misread, which then refuses the file instead.
 ///
 /// 2: exit records carry their cgroup and names (format 1's are read with those unknown).
-pub const VERSION: u32 = 2;
+/// 3: exit records carry their network and user namespaces, deferred-work records the fields of
+/// namespace teardowns, stack records those of teardowns' kworkers (format 1's and 2's are read
+/// with those unknown).
+pub const VERSION: u32 = 3;
 /// No frame is larger (the largest, the closing, holds the names of a run's stacks): a larger
 /// length is damage, not something to allocate.
 const MAX_FRAME: u32 = 64 << 20;
@@ -202,8 +205,10 @@ impl Reader {
         }
         self.payload.resize(length as usize, 0);
         self.frames.read_exact(&mut self.payload)?;
-        if self.version == 1 && kind == Kind::Exit {
-            upgrade_exit_from_format_1(&mut self.payload);
+        match kind {
+            Kind::Exit => upgrade_exit(self.version, &mut self.payload),
+            Kind::Deferred => upgrade_deferred(self.version, &mut self.payload),
+            _ => {}
         }
         Ok(Some((kind, &self.payload)))
     }
@@ -222,13 +227,26 @@ impl Reader {
     }
 }
 
-/// An exit record of format 1 as this exitprof's kernel side sends them: format 1's had no
-/// cgroup and names, where these now lie (before the point codes); they read as unknown (zero).
-fn upgrade_exit_from_format_1(record: &mut Vec<u8>) {
-    let at = offset_of!(ExitRecord, cgroup_id);
-    let added = offset_of!(ExitRecord, points) - at;
+/// An exit record of an earlier format as this exitprof's kernel side sends them: format 1's had
+/// no namespaces but the IPC one, cgroup and names, format 2's no network and user namespaces,
+/// where these now lie (after the IPC namespace); they read as unknown (zero).
+fn upgrade_exit(version: u32, record: &mut Vec<u8>) {
+    let at = offset_of!(ExitRecord, net_ns);
+    let added = match version {
+        1 => offset_of!(ExitRecord, points) - at,
+        2 => offset_of!(ExitRecord, cgroup_id) - at,
+        _ => return,
+    };
     if record.len() >= at {
         record.splice(at..at, std::iter::repeat_n(0, added));
+    }
+}
+
+/// A deferred-work record of format 1 or 2, which ended before the fields of namespace teardowns:
+/// they read as zero.
+fn upgrade_deferred(version: u32, record: &mut Vec<u8>) {
+    if version <= 2 && record.len() == offset_of!(DeferredRecord, runq_ns) {
+        record.resize(size_of::<DeferredRecord>(), 0);
     }
 }
 

@@ -9,9 +9,11 @@
 //!   offset. A reader names the frames through [`crate::kernel::kallsyms::Kallsyms::of_symbols`]
 //!   as it names real addresses with their real symbols (older files: format 2 reads both), and
 //!   a frame kallsyms could not name stays unnamed, with no symbol within reach.
-//! - an IPC namespace's address (in exit records and in frees) only says which namespace: it
-//!   becomes the namespace's number in the order the run met it (0, unknown, stays 0), so that an
-//!   exit still joins the free of its namespace.
+//! - a namespace's address (an exit record's IPC, network and user namespaces; the namespace an
+//!   IPC namespace free or a network or user namespace teardown names) only says which namespace:
+//!   it becomes the namespace's number in the order the run met it (0, unknown, stays 0), so that
+//!   an exit still joins the free or teardown of its namespace. One numbering for every kind: the
+//!   same address is the same number wherever it appears, as the run saw it.
 
 use std::{collections::HashMap, mem::offset_of};
 
@@ -65,20 +67,31 @@ impl Opaque {
     }
 
     fn exit(&mut self, record: &mut [u8]) {
-        let at = offset_of!(ExitRecord, ipc_ns);
-        if let Some(ns) = word(record, at) {
-            let number = self.namespace(ns);
-            put_word(record, at, number);
+        let namespaces = [
+            offset_of!(ExitRecord, ipc_ns),
+            offset_of!(ExitRecord, net_ns),
+            offset_of!(ExitRecord, user_ns),
+        ];
+        for at in namespaces {
+            self.number_namespace(record, at);
         }
     }
 
+    /// The records that name a namespace by its address (others name a pid, or nothing).
     fn deferred(&mut self, record: &mut [u8]) {
+        const OF_A_NAMESPACE: [DeferredKind; 3] =
+            [DeferredKind::IpcNsFreed, DeferredKind::NetNsTornDown, DeferredKind::UserNsTeardown];
         let kind = record.get(..4).map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")));
-        let at = offset_of!(DeferredRecord, object);
         if record.len() == size_of::<DeferredRecord>()
-            && kind == Some(DeferredKind::IpcNsFreed as u32)
-            && let Some(ns) = word(record, at)
+            && OF_A_NAMESPACE.iter().any(|&k| kind == Some(k as u32))
         {
+            self.number_namespace(record, offset_of!(DeferredRecord, object));
+        }
+    }
+
+    /// The namespace address at `at` of `record` replaced by its number.
+    fn number_namespace(&mut self, record: &mut [u8], at: usize) {
+        if let Some(ns) = word(record, at) {
             let number = self.namespace(ns);
             put_word(record, at, number);
         }
@@ -193,45 +206,58 @@ ffffffffc0000000 t some_fn\t[some_module]
         assert_eq!(whole[0] - start, IN_DO_EXIT - 0xffff_ffff_81aa_d100);
     }
 
+    fn deferred(kind: DeferredKind, object: u64) -> Vec<u8> {
+        let record = DeferredRecord { kind: kind as u32, object, ..DeferredRecord::default() };
+        // SAFETY: plain integers, no padding.
+        unsafe {
+            std::slice::from_raw_parts(
+                (&raw const record).cast::<u8>(),
+                size_of::<DeferredRecord>(),
+            )
+        }
+        .to_vec()
+    }
+
     #[test]
     fn namespaces_are_numbered_in_the_order_met() {
-        const NS: u64 = 0xffff_8880_0123_4000;
+        const IPC: u64 = 0xffff_8880_0777_0000;
+        const NET: u64 = 0xffff_8880_0888_0000;
+        const USER: u64 = 0xffff_8880_0999_0000;
+        const OTHER: u64 = 0xffff_8880_0123_4000;
         let mut opaque = Opaque::default();
-        let freed = |ns: u64| {
-            let record = DeferredRecord {
-                kind: DeferredKind::IpcNsFreed as u32,
-                object: ns,
-                ..DeferredRecord::default()
-            };
-            // SAFETY: plain integers, no padding.
-            unsafe {
-                std::slice::from_raw_parts(
-                    (&raw const record).cast::<u8>(),
-                    size_of::<DeferredRecord>(),
-                )
-            }
-            .to_vec()
-        };
         // SAFETY: all-zero is a valid ExitRecord.
         let mut exit: ExitRecord = unsafe { std::mem::zeroed() };
-        exit.ipc_ns = 0xffff_8880_0777_0000;
+        (exit.ipc_ns, exit.net_ns, exit.user_ns) = (IPC, NET, USER);
         // SAFETY: plain integers and bytes, no padding.
         let mut exit = unsafe {
             std::slice::from_raw_parts((&raw const exit).cast::<u8>(), size_of::<ExitRecord>())
         }
         .to_vec();
         opaque.conceal(Kind::Exit, &mut exit);
-        let mut records = [freed(NS), freed(0), freed(0xffff_8880_0777_0000), freed(NS)];
-        let mut reap = freed(42);
-        reap[..4].copy_from_slice(&(DeferredKind::Reap as u32).to_ne_bytes());
-        for record in records.iter_mut().chain([&mut reap]) {
+        let mut records = [
+            deferred(DeferredKind::IpcNsFreed, OTHER),
+            deferred(DeferredKind::IpcNsFreed, 0),
+            deferred(DeferredKind::IpcNsFreed, IPC),
+            deferred(DeferredKind::IpcNsFreed, OTHER),
+            deferred(DeferredKind::NetNsTornDown, NET),
+            deferred(DeferredKind::UserNsTeardown, USER),
+        ];
+        let mut of_pids =
+            [deferred(DeferredKind::Reap, 42), deferred(DeferredKind::NetNsAtFree, 43)];
+        for record in records.iter_mut().chain(&mut of_pids) {
             opaque.conceal(Kind::Deferred, record);
         }
         let objects: Vec<u64> =
             records.iter().map(|r| decode_deferred(r).unwrap().object).collect();
-        assert_eq!(objects, [2, 0, 1, 2], "the exit's namespace was met first");
-        let at = offset_of!(ExitRecord, ipc_ns);
-        assert_eq!(word(&exit, at), Some(1));
-        assert_eq!(decode_deferred(&reap).unwrap().object, 42, "a reap's pid is kept");
+        assert_eq!(objects, [4, 0, 1, 4, 2, 3], "the exit's namespaces were met first");
+        let ats = [
+            offset_of!(ExitRecord, ipc_ns),
+            offset_of!(ExitRecord, net_ns),
+            offset_of!(ExitRecord, user_ns),
+        ];
+        let exit_numbers: Vec<Option<u64>> = ats.iter().map(|&at| word(&exit, at)).collect();
+        assert_eq!(exit_numbers, [Some(1), Some(2), Some(3)]);
+        let pids: Vec<u64> = of_pids.iter().map(|r| decode_deferred(r).unwrap().object).collect();
+        assert_eq!(pids, [42, 43], "a reap's and a free's pid are kept");
     }
 }
