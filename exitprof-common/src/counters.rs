@@ -198,6 +198,26 @@ counts! {
             "Exits whose hits went back in time or past the exit's end, or whose off-CPU time \
              grew faster than the time (a clock read behind on another CPU, or a damaged \
              record): clamped into order, so that their stages still sum to the exit.";
+        /// An exit that left its network or user namespace without a reference, whose
+        /// teardown (a `cleanup_net` or `free_user_ns` run) was not seen.
+        TEARDOWNS_NOT_SEEN: PartLost, "teardowns_not_seen", "namespace teardowns not seen",
+            "Exits that left their network or user namespace without a reference whose \
+             teardown (cleanup_net, free_user_ns) was not seen.";
+        /// A `cleanup_net` run whose walk of the kernel's network namespaces for its batch
+        /// stopped at its bound: namespaces it tore down may have gone unseen.
+        TEARDOWN_WALKS_TRUNCATED: PartLost, "teardown_walks_truncated",
+            "teardown batches walked in part",
+            "Runs of cleanup_net whose walk for the namespaces they tear down stopped at its \
+             bound: some of their teardowns may have gone unseen.";
+        /// A namespace teardown whose namespace outlived its last recorded exit (other tasks,
+        /// sockets, bind mounts or devices held it): not joined to an exit.
+        TEARDOWNS_OUTLIVED: Diagnostic, "teardowns_outlived", "namespace teardowns outlived",
+            "Network and user namespace teardowns whose namespace outlived its last recorded \
+             exit (other tasks, sockets, mounts or devices held it): joined to no exit.";
+        /// A namespace teardown of a namespace no recorded exit was in.
+        TEARDOWNS_WITHOUT_EXIT: Diagnostic, "teardowns_without_exit",
+            "namespace teardowns without an exit",
+            "Network and user namespace teardowns of namespaces no recorded exit was in.";
     }
 }
 

@@ -22,7 +22,7 @@ use crate::{
 
 /// Frames of the scheduler and of exitprof's own probe (`?`: code kallsyms does not name, the
 /// eBPF program itself), above where a task really blocked.
-const SCHEDULER_FRAMES: &[&str] = &[
+pub(crate) const SCHEDULER_FRAMES: &[&str] = &[
     "?",
     "bpf_",
     "__bpf_",

@@ -25,3 +25,4 @@ pub mod session;
 pub mod stage_detail;
 pub mod stages;
 pub mod stats;
+pub mod teardown;

@@ -76,6 +76,25 @@ impl OnCpuReport {
 /// machinery that took the stack) left out at the innermost end, and everything outside the exit
 /// (above `do_exit`, or where `do_exit` was lost, above [`CALLERS_OF_EXIT`]) cut off.
 pub fn exit_frames(stack: &[u64], symbols: &Kallsyms, innermost: &[&str]) -> Vec<String> {
+    let mut frames = frames_within(stack, symbols, innermost, EXIT_FRAME);
+    if !frames.iter().any(|f| f == EXIT_FRAME)
+        && let Some(caller) = frames.iter().position(|f| CALLERS_OF_EXIT.contains(&f.as_str()))
+    {
+        frames.truncate(caller);
+        frames.push(EXIT_FRAME.to_owned());
+    }
+    frames
+}
+
+/// A raw stack's function names, innermost first: frames starting with one of `innermost` left
+/// out at the innermost end, and everything outside `outermost` (the function whose work the
+/// stack is part of) cut off.
+pub fn frames_within(
+    stack: &[u64],
+    symbols: &Kallsyms,
+    innermost: &[&str],
+    outermost: &str,
+) -> Vec<String> {
     let names = stack.iter().map(|&a| symbols.name_of(a).unwrap_or("?"));
     let mut frames: Vec<String> = names
         .skip_while(|f| innermost.iter().any(|s| f.starts_with(s)))
@@ -91,11 +110,8 @@ pub fn exit_frames(stack: &[u64], symbols: &Kallsyms, innermost: &[&str]) -> Vec
             at += 1;
         }
     }
-    if let Some(exit) = frames.iter().position(|f| f == EXIT_FRAME) {
-        frames.truncate(exit + 1);
-    } else if let Some(caller) = frames.iter().position(|f| CALLERS_OF_EXIT.contains(&f.as_str())) {
-        frames.truncate(caller);
-        frames.push(EXIT_FRAME.to_owned());
+    if let Some(outer) = frames.iter().position(|f| f == outermost) {
+        frames.truncate(outer + 1);
     }
     frames
 }

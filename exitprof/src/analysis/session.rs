@@ -10,7 +10,8 @@ use crate::{
         kept_exits::{KeptExits, Pick},
         probe_effect::ProbeRuns,
         profile::Profile,
-        records::{Exit, decode_deferred, decode_stack},
+        records::{Exit, StackOwner, decode_deferred, decode_stack, stack_owner},
+        teardown::Teardowns,
     },
     groups::{GroupOptions, Groups},
     probes::plan::Plan,
@@ -22,6 +23,8 @@ pub struct Session {
     epoch: u32,
     pub profile: Profile,
     pub deferred: DeferredWork,
+    /// Namespace teardowns joined to their exits.
+    pub teardowns: Teardowns,
     /// How often the exits blocked.
     pub blocking: Blocking,
     /// Where the exits computed and blocked: kernel stacks by stage.
@@ -58,6 +61,7 @@ impl Session {
                 plan.measures_rcu_wait(),
                 plan.reaps_from_wait4(),
             ),
+            teardowns: Teardowns::new(plan.sees_net_teardowns(), plan.sees_user_ns_teardowns()),
             blocking: Blocking::default(),
             stacks: ExitStacks::default(),
             probe_runs: ProbeRuns::new(plan),
@@ -93,6 +97,7 @@ impl Session {
                 let stacks = self.stacks.exit(&exit, &spans, keep);
                 self.probe_runs.exit(&exit, &spans);
                 self.deferred.exit(&exit);
+                self.teardowns.exit(&exit);
                 self.blocking.exit(&exit);
                 if let Some(groups) = &mut self.groups {
                     groups.add(&exit, &self.profile, &spans);
@@ -108,15 +113,17 @@ impl Session {
         }
     }
 
-    /// One kernel stack of an exit: an on-CPU sample, or where it blocked.
+    /// One kernel stack of an exit (or of a teardown's kworker): an on-CPU sample, or where it
+    /// blocked.
     pub fn stack_record(&mut self, bytes: &[u8]) {
-        match decode_stack(bytes) {
-            Some(stack) => {
+        match decode_stack(bytes).zip(stack_owner(bytes)) {
+            Some((stack, StackOwner::Exit)) => {
                 self.stacks.record(&stack);
                 if let Some(kept) = &mut self.kept {
                     kept.stack(&stack);
                 }
             }
+            Some((stack, StackOwner::Teardown)) => self.teardowns.stack(&stack),
             None => {
                 self.undecodable.stacks += 1;
                 log::warn!("undecodable kernel stack record of {} bytes", bytes.len());
@@ -134,7 +141,10 @@ impl Session {
     /// One deferred-work record.
     pub fn deferred_record(&mut self, bytes: &[u8]) {
         match decode_deferred(bytes) {
-            Some(record) => self.deferred.record(&record),
+            Some(record) => {
+                self.deferred.record(&record);
+                self.teardowns.record(&record);
+            }
             None => {
                 self.undecodable.deferred += 1;
                 log::warn!("undecodable deferred-work record of {} bytes", bytes.len());

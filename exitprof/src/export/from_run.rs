@@ -118,8 +118,9 @@ pub(crate) mod tests {
             deferred::DeferredWork,
             profile::Profile,
             records::{Exit, PointHit},
+            teardown::Teardowns,
         },
-        kernel::{exit_path::ExitPath, version::KernelVersion},
+        kernel::{exit_path::ExitPath, kallsyms::Kallsyms, version::KernelVersion},
         probes::plan::{AttachMode, How, Plan, Planned, SiteId},
         profiled::{Storm, Target, ThreadsParams, workload::ChildOutcome},
         run::{
@@ -198,6 +199,7 @@ pub(crate) mod tests {
             profile,
             groups: None,
             deferred: DeferredWork::new(true, true, false),
+            teardowns: Teardowns::new(true, true).report(&Kallsyms::of_symbols(&[])),
             blocked: BlockedReport::default(),
             on_cpu: OnCpuReport::default(),
             losses: Losses::default(),

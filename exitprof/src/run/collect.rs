@@ -29,6 +29,11 @@ const READ_INTERVAL: Duration = Duration::from_millis(20);
 /// How long to wait, after the target ended, for its last exits to reach their final switch.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long a run waits beyond that for the namespace teardowns its exits set off: a
+/// `cleanup_net` run of a thousand devices takes half a second on a host, tens of seconds
+/// emulated, and the batch behind it waits for it.
+const TEARDOWN_SETTLE_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// How often the progress is updated.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -132,10 +137,11 @@ pub async fn collect_until(
     };
 
     // The target has ended, but its last tasks may not have switched out for good yet, and
-    // deferred work (RCU callbacks, the free_ipc kworker) runs later still. The kernel side
-    // opens no exit from now on, so the exits in progress only end.
+    // deferred work (RCU callbacks, the free_ipc kworker, namespace teardowns) runs later
+    // still. The kernel side opens no exit from now on, so the exits in progress only end.
     maps::set_stopped(&mut probes.ebpf, true)?;
     let settle_start = Instant::now();
+    let mut told = false;
     let unfinished = loop {
         // Counted before the ring buffers are read: an exit that ends after the count is in
         // progress still; one that ended before it is in the ring buffer and read now. (Read
@@ -145,11 +151,34 @@ pub async fn collect_until(
         kept.pass(session, progress, false);
         let settled = in_progress == 0
             && session.deferred.awaiting_task_free() == 0
+            && session.teardowns.awaiting_frees() == 0
             && !session.deferred.awaiting_ipc_run();
-        if settled || settle_start.elapsed() >= SETTLE_TIMEOUT {
+        let teardowns = session.teardowns.awaiting_teardowns();
+        let tearing_down = teardowns > 0 || session.teardowns.awaiting_run();
+        let waited = settle_start.elapsed();
+        if (settled || waited >= SETTLE_TIMEOUT)
+            && (!tearing_down || waited >= TEARDOWN_SETTLE_TIMEOUT)
+        {
             break in_progress;
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        if settled && !told && waited >= SETTLE_TIMEOUT {
+            told = true;
+            eprintln!(
+                "exitprof: waiting up to {} s for the teardowns of {teardowns} namespaces the \
+                 exits left (Ctrl-C stops waiting)",
+                TEARDOWN_SETTLE_TIMEOUT.as_secs()
+            );
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(5)) => {}
+            signal = signals.next() => {
+                eprintln!(
+                    "exitprof: {}: not waiting for deferred work; partial results follow",
+                    signal_name(signal)
+                );
+                break in_progress;
+            }
+        }
     };
     kept.pass(session, progress, true);
     progress.finish();

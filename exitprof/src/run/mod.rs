@@ -34,6 +34,7 @@ use crate::{
         probe_effect::ProbeEffect,
         profile::Profile,
         session::{Session, Undecodable},
+        teardown::TeardownReports,
     },
     base::signals::Signals,
     groups::{GroupOptions, Groups},
@@ -89,6 +90,8 @@ pub struct RunOutcome {
     /// The exits by workload, where they were grouped.
     pub groups: Option<Groups>,
     pub deferred: DeferredWork,
+    /// The namespace teardowns the exits set off, joined to them.
+    pub teardowns: TeardownReports,
     /// Where exits blocked, by stage and kernel stack, all their blocked time accounted for.
     pub blocked: BlockedReport,
     /// Where exits computed: sampled kernel stacks by stage.
@@ -158,6 +161,16 @@ impl Losses {
             losses.0[counter as usize] = n;
         }
         losses
+    }
+
+    /// With the counts `counted` (an index of `exitprof_common::counters`, its count) set: those
+    /// userspace keeps of what the analysis decided.
+    #[must_use]
+    pub fn with(mut self, counted: impl IntoIterator<Item = (u32, u64)>) -> Self {
+        for (counter, n) in counted {
+            self.0[counter as usize] = n;
+        }
+        self
     }
 
     /// The count at `counter`, an index of `exitprof_common::counters`.
@@ -248,6 +261,8 @@ impl RunOutcome {
         own_cost: impl FnOnce() -> OwnCost,
     ) -> Self {
         session.stacks.finish();
+        session.teardowns.finish();
+        let teardowns = session.teardowns.report(symbols);
         let on_cpu = OnCpuReport::of(&session.stacks, &session.profile, symbols);
         let blocked =
             BlockedReport::of(session.blocking, &session.stacks, &session.profile, symbols);
@@ -255,6 +270,7 @@ impl RunOutcome {
             .kernel_cost
             .as_deref()
             .map(|costs| session.probe_runs.effect(&session.profile, costs));
+        let teardowns_counted = session.teardowns.counted();
         let Session { profile, deferred, undecodable, groups, .. } = session;
         let losses = Losses::new(
             &end.kernel_losses,
@@ -262,7 +278,8 @@ impl RunOutcome {
             &profile,
             end.unfinished,
             end.probe_misses,
-        );
+        )
+        .with(teardowns_counted);
         let RunSetup { plan, target, duration, expected_exits, burst_rate, started_at, .. } = setup;
         Self {
             plan,
@@ -277,6 +294,7 @@ impl RunOutcome {
             profile,
             groups,
             deferred,
+            teardowns,
             blocked,
             on_cpu,
             losses,
