@@ -13,6 +13,7 @@ use crate::{
         probe_effect::ProbeEffect,
         profile::{Profile, StageRow},
         records::ExitKind,
+        teardown::TeardownReports,
     },
     kernel::bpf_object::BpfObject,
     probes::{
@@ -20,7 +21,10 @@ use crate::{
         plan::{AttachMode, Planned, Unplanned},
     },
     profiled::{ForkParams, Storm, Target, ThreadsParams, workload::exit_rate},
-    report::{groups::GroupsDoc, verdict::run_verdict},
+    report::{
+        groups::GroupsDoc,
+        verdict::{run_verdict, teardown_verdict},
+    },
     run::{Diagnostics, Ended, Losses, RunOutcome, own_cost::OwnCost, record::selection::Selected},
 };
 
@@ -96,6 +100,10 @@ pub struct RunDocument {
     pub samples: JoinCounts,
     /// Work the exits caused in other contexts, joined back to them.
     pub deferred: DeferredReport,
+    /// The namespace teardowns the exits set off (`net`: `cleanup_net`; `user`:
+    /// `free_user_ns`), each joined to its exit: their time, how long after the exit, where
+    /// their kworker blocked and computed, and what could not be joined.
+    pub teardowns: TeardownReports,
     /// With --bpf-stats: what exitprof's programs cost in the kernel while the target ran.
     pub kernel_cost: Option<KernelCostDoc>,
     /// With --bpf-stats: how much of the exits, and of each stage, was exitprof's own programs
@@ -334,8 +342,12 @@ impl RunDocument {
     pub fn new(run: &RunOutcome) -> Self {
         let elapsed_s = run.elapsed.as_secs_f64();
         let recorded = run.profile.exits;
-        let verdict =
+        let mut verdict =
             run_verdict(run.profile.exit(), &run.profile.rows(), &run.blocked, &run.on_cpu);
+        if let Some(teardowns) = teardown_verdict(&run.profile.exit().summary(), &run.teardowns) {
+            verdict.push(' ');
+            verdict.push_str(&teardowns);
+        }
         let stages = stage_docs(&run.profile, &run.on_cpu, run.probe_effect.as_ref());
         let report = run.child.as_ref().and_then(|c| c.report.as_ref());
         let exit_rate = exit_rate(run.child.as_ref(), run.elapsed, recorded);
@@ -383,6 +395,7 @@ impl RunDocument {
             blocked_in: run.blocked.stacks.clone(),
             samples: run.on_cpu.sampled,
             deferred: run.deferred.report(),
+            teardowns: run.teardowns.clone(),
             // exitprof's programs ran for all of the run's exits.
             kernel_cost: run
                 .kernel_cost

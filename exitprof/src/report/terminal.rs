@@ -10,7 +10,11 @@ use super::{
     table::TextTable,
 };
 use crate::analysis::{
-    deferred::DeferredReport, histogram::Summary, on_cpu::describe_chain, probe_effect::ProbeEffect,
+    deferred::DeferredReport,
+    histogram::Summary,
+    on_cpu::describe_chain,
+    probe_effect::ProbeEffect,
+    teardown::{TeardownReport, TeardownReports},
 };
 
 /// Renders a run for a person.
@@ -66,7 +70,7 @@ pub fn render(doc: &RunDocument) -> String {
     let _ = writeln!(out, "\nverdict: {}", doc.verdict);
     out.push_str(&on_cpu_table(doc));
     out.push_str(&blocked_in_table(doc));
-    out.push_str(&deferred_table(&doc.deferred));
+    out.push_str(&deferred_table(&doc.deferred, &doc.teardowns));
     if let Some(cost) = &doc.kernel_cost {
         out.push_str(&kernel_cost_table(cost));
     }
@@ -277,16 +281,27 @@ pub fn loss_detail(doc: &RunDocument) -> String {
     if parts.is_empty() { String::new() } else { format!(" ({})", parts.join(", ")) }
 }
 
-/// Deferred work, when there was any: a latency table and what it says about IPC batches.
-fn deferred_table(d: &DeferredReport) -> String {
-    let rows: [(&str, &Summary); 6] = [
-        ("free_ipc run (kworker)", &d.ipc.run_ns),
-        ("  RCU grace period in it", &d.ipc.rcu_wait_ns),
-        ("exit end → IPC namespace freed", &d.ipc.exit_to_free_ns),
-        ("parent's release_task (reap)", &d.reap.release_task_ns),
-        ("exit end → reaped by parent", &d.reap.exit_to_reap_ns),
-        ("exit end → task freed (RCU), 1 exit in 16", &d.task_free.exit_to_free_ns),
+/// Deferred work, when there was any: a latency table, with a row of each kind of namespace
+/// teardown, and what it says about IPC batches and the teardowns.
+fn deferred_table(d: &DeferredReport, t: &TeardownReports) -> String {
+    let mut rows: Vec<(String, &Summary)> = vec![
+        ("free_ipc run (kworker)".to_owned(), &d.ipc.run_ns),
+        ("  RCU grace period in it".to_owned(), &d.ipc.rcu_wait_ns),
+        ("exit end → IPC namespace freed".to_owned(), &d.ipc.exit_to_free_ns),
     ];
+    for teardown in t.each() {
+        rows.extend([
+            (format!("{} run (kworker)", teardown.function), &teardown.run_ns),
+            (format!("  {} teardown (its share)", teardown.kind), &teardown.teardown_ns),
+            (format!("exit end → {} starts", teardown.function), &teardown.exit_to_start_ns),
+            (format!("exit end → {} torn down", teardown.kind), &teardown.exit_to_done_ns),
+        ]);
+    }
+    rows.extend([
+        ("parent's release_task (reap)".to_owned(), &d.reap.release_task_ns),
+        ("exit end → reaped by parent".to_owned(), &d.reap.exit_to_reap_ns),
+        ("exit end → task freed (RCU), 1 exit in 16".to_owned(), &d.task_free.exit_to_free_ns),
+    ]);
     let mut table = TextTable::new(["deferred work", "count", "mean", "p50", "p90", "p99", "max"])
         .figures_right();
     for (name, s) in rows.into_iter().filter(|(_, s)| s.count > 0) {
@@ -318,6 +333,9 @@ fn deferred_table(d: &DeferredReport) -> String {
             if ipc.every_namespace_seen { "" } else { " (tracepoint mode sees only those)" }
         );
     }
+    for teardown in t.each() {
+        out.push_str(&teardown_lines(teardown));
+    }
     if d.task_free.not_freed_yet > 0 {
         let _ = writeln!(
             out,
@@ -333,6 +351,94 @@ fn deferred_table(d: &DeferredReport) -> String {
         );
     }
     out
+}
+
+/// Teardown stacks and namespaces shown in the terminal.
+const TEARDOWN_ROWS_PRINTED: usize = 3;
+
+/// What one kind of namespace teardown did: its runs and batches, what joined and what did not,
+/// where its kworker waited and computed, and the slowest namespaces by name.
+fn teardown_lines(t: &TeardownReport) -> String {
+    let mut out = String::new();
+    if t.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "{}s: {} torn down in {} {} runs (mean {:.1}, max {} per run, a run's time shared \
+         equally), {} joined to the exit that left them; {} without a recorded exit, {} \
+         outlived their last exit{}; {} exits' {} teardowns not seen",
+        capitalised(t.kind),
+        t.namespaces,
+        t.runs,
+        t.function,
+        t.mean_per_run,
+        t.max_per_run,
+        t.joined,
+        t.without_exit,
+        t.outlived,
+        if t.outlived > 0 {
+            format!(" (by {} at the median)", fmt_ns(t.outlived_by_ns.p50_ns as f64))
+        } else {
+            String::new()
+        },
+        t.not_seen,
+        t.kind,
+    );
+    if t.joined > 0 {
+        let _ = writeln!(
+            out,
+            "  their teardown: {:.0}% blocked, {:.0}% on a CPU, {:.0}% runnable{}",
+            t.blocked_share * 100.0,
+            t.on_cpu_share * 100.0,
+            t.runnable_share * 100.0,
+            if t.started_before_exit_end > 0 {
+                format!("; {} started before their exit's end", t.started_before_exit_end)
+            } else {
+                String::new()
+            }
+        );
+    }
+    for b in t.blocked_in.iter().take(TEARDOWN_ROWS_PRINTED) {
+        let _ = writeln!(
+            out,
+            "  blocked {:>5.1}% in {}: {}",
+            b.share * 100.0,
+            b.wait,
+            describe_chain(&b.stack, FRAMES_PRINTED)
+        );
+    }
+    for c in t.on_cpu_in.iter().take(TEARDOWN_ROWS_PRINTED) {
+        let _ = writeln!(
+            out,
+            "  on CPU  {:>5.1}%: {}",
+            c.share * 100.0,
+            describe_chain(&c.stack, FRAMES_PRINTED)
+        );
+    }
+    for n in t.slowest.iter().take(TEARDOWN_ROWS_PRINTED) {
+        let _ = writeln!(
+            out,
+            "  {} of {} (pid {}): {} (of a run of {} for {}), {}",
+            n.namespace,
+            n.process_comm,
+            n.tgid,
+            fmt_ns(n.teardown_ns as f64),
+            fmt_ns(n.run_ns as f64),
+            n.batch,
+            match n.wait_ns {
+                Some(w) => format!("{} after the exit", fmt_ns(w as f64)),
+                None => "started before the exit's end".to_owned(),
+            }
+        );
+    }
+    out
+}
+
+/// `network namespace` → `Network namespace`.
+fn capitalised(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map_or_else(String::new, |c| c.to_uppercase().chain(chars).collect())
 }
 
 /// Stacks shown per stage in the terminal (the JSON document has more).

@@ -4,9 +4,10 @@ use crate::{
     analysis::{
         blocking::BlockedReport,
         comparison::{MetricRow, StageDelta, StageDeltas},
-        histogram::Latency,
+        histogram::{Latency, Summary},
         on_cpu::{OnCpuReport, describe_chain},
         profile::StageRow,
+        teardown::{TeardownReport, TeardownReports},
     },
     report::{fmt_ns, signed},
 };
@@ -80,6 +81,74 @@ pub fn run_verdict(
             next.stage.name,
             next.share_of_exit * 100.0,
             occurrence(next.latency.hist.len(), exit.count)
+        ));
+    }
+    text
+}
+
+/// A namespace teardown the verdict speaks of: one whose share of a run takes at least this many
+/// times the exit that set it off.
+const TEARDOWN_DWARFS: f64 = 5.0;
+
+/// What the verdict says of the namespace teardowns the exits set off, when one kind of them
+/// takes many times the exits themselves: "the exits took 210µs; their network namespaces took
+/// 410ms each to tear down in cleanup_net, 70% blocked in synchronize_rcu_expedited".
+pub fn teardown_verdict(exit: &Summary, teardowns: &TeardownReports) -> Option<String> {
+    let clauses: Vec<String> = teardowns
+        .each()
+        .into_iter()
+        .filter(|t| t.joined > 0 && t.teardown_ns.mean_ns >= TEARDOWN_DWARFS * exit.mean_ns)
+        .map(teardown_clause)
+        .collect();
+    (!clauses.is_empty()).then(|| {
+        format!(
+            "The exits took {} each on average; their {}.",
+            fmt_ns(exit.mean_ns),
+            clauses.join("; their ")
+        )
+    })
+}
+
+/// "network namespaces took 410ms each to tear down in cleanup_net (1 a run), 70% blocked in
+/// synchronize_rcu_expedited, 1.2ms after the exit".
+fn teardown_clause(t: &TeardownReport) -> String {
+    let mut text = format!(
+        "{}s took {} each to tear down in {}",
+        t.kind,
+        fmt_ns(t.teardown_ns.mean_ns),
+        t.function
+    );
+    if t.max_per_run > 1 {
+        text.push_str(&format!(
+            " (a run tore down {:.1} on average, its time shared equally)",
+            t.mean_per_run
+        ));
+    }
+    let blocked = t.blocked_in.first().filter(|b| b.share >= 0.05);
+    let computes = t.on_cpu_in.first();
+    if t.blocked_share >= MOSTLY_OFF_CPU
+        && let Some(b) = blocked
+    {
+        text.push_str(&format!(", {:.0}% blocked in {}", b.share * 100.0, b.wait));
+    } else if t.on_cpu_share >= MOSTLY_OFF_CPU
+        && let Some(c) = computes
+    {
+        text.push_str(&format!(
+            ", {:.0}% on a CPU, mostly in {}",
+            t.on_cpu_share * 100.0,
+            describe_chain(&c.stack, 3)
+        ));
+    } else {
+        text.push_str(&format!(
+            ", {:.0}% blocked, {:.0}% on a CPU",
+            t.blocked_share * 100.0,
+            t.on_cpu_share * 100.0
+        ));
+    }
+    if t.exit_to_start_ns.count > 0 {
+        text.push_str(&format!(
+            ", starting {} after the exit (median)",
+            fmt_ns(t.exit_to_start_ns.p50_ns as f64)
         ));
     }
     text
