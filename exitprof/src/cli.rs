@@ -21,7 +21,7 @@ use crate::{
         ProbeOptions, kprobe_events,
         plan::{AttachMode, PointSet},
     },
-    profiled::{ForkParams, Storm, Target, ThreadsParams, workload::Driver},
+    profiled::{ForkParams, NetnsParams, Storm, Target, ThreadsParams, workload::Driver},
     run::{
         RunRequest,
         record::{
@@ -344,6 +344,10 @@ pub enum StormKind {
     /// Sequential fork + unshare(CLONE_NEWIPC) + exit + wait in the parent (the program of the
     /// 2012 LKML report of 1024 such exits taking 32 s, waiting on IPC namespace teardown).
     Ipcns,
+    /// Sequential fork + unshare(CLONE_NEWNET) + --veth-pairs veth pairs + exit + wait in the
+    /// parent: each exit leaves a network namespace with devices to cleanup_net, the teardown
+    /// that container and pod deletion waits for.
+    Netns,
 }
 
 /// Parameters of the `threads` storm; defaults are those of the 2006 LKML taskstats benchmark.
@@ -381,6 +385,10 @@ pub struct ForkArgs {
     /// Sequential fork loops running at once, each a process of its own, sharing --count.
     #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
     pub parallel: u32,
+    /// Veth pairs each child of --workload netns makes in its network namespace before it exits
+    /// (two devices each, unregistered by the namespace's teardown).
+    #[arg(long, value_name = "N", default_value_t = 16, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(0..=65_536))]
+    pub veth_pairs: u32,
 }
 
 /// Options that apply to one kind of target only: (option id, flag, the kind).
@@ -391,6 +399,7 @@ const OPTION_TARGETS: &[(&str, &str, TargetKind)] = &[
     ("rate", "--rate", TargetKind::Threads),
     ("count", "--count", TargetKind::Forks),
     ("parallel", "--parallel", TargetKind::Forks),
+    ("veth_pairs", "--veth-pairs", TargetKind::Netns),
     ("duration", "--duration", TargetKind::Watch),
 ];
 
@@ -399,6 +408,8 @@ const OPTION_TARGETS: &[(&str, &str, TargetKind)] = &[
 enum TargetKind {
     Threads,
     Forks,
+    /// `netns`, which takes the options of `Forks` too.
+    Netns,
     Command,
     Watch,
 }
@@ -407,7 +418,8 @@ impl TargetKind {
     fn flags(self) -> &'static str {
         match self {
             Self::Threads => "--workload threads",
-            Self::Forks => "--workload fork and ipcns",
+            Self::Forks => "--workload fork, ipcns and netns",
+            Self::Netns => "--workload netns",
             Self::Command => "-- CMD",
             Self::Watch => "--pid, --comm and --all",
         }
@@ -434,12 +446,17 @@ impl RunArgs {
             StormKind::Threads => Storm::Threads(self.threads.params()),
             StormKind::Fork => Storm::Fork(self.forks.params()),
             StormKind::Ipcns => Storm::Ipcns(self.forks.params()),
+            StormKind::Netns => Storm::Netns(NetnsParams {
+                forks: self.forks.params(),
+                veth_pairs: self.forks.veth_pairs,
+            }),
         })
     }
 
     fn target_kind(&self) -> TargetKind {
         match self.target() {
             Target::Storm(Storm::Threads(_)) => TargetKind::Threads,
+            Target::Storm(Storm::Netns(_)) => TargetKind::Netns,
             Target::Storm(_) => TargetKind::Forks,
             Target::Command(_) => TargetKind::Command,
             Target::Pid(_) | Target::Comm(_) | Target::All => TargetKind::Watch,
@@ -451,7 +468,9 @@ impl RunArgs {
         let kind = self.target_kind();
         for &(id, flag, applies_to) in OPTION_TARGETS {
             let given = matches.value_source(id) == Some(ValueSource::CommandLine);
-            if given && applies_to != kind {
+            let applies = applies_to == kind
+                || (applies_to == TargetKind::Forks && kind == TargetKind::Netns);
+            if given && !applies {
                 return Err(format!(
                     "{flag} applies to {} only, not to {}",
                     applies_to.flags(),
@@ -634,6 +653,7 @@ pub enum DriverCommand {
     Threads(ThreadsArgs),
     Fork(ForkLoopArgs),
     Ipcns(ForkLoopArgs),
+    Netns(NetnsLoopArgs),
     /// Executes CMD with ARGS in place of the child, keeping its pid.
     Exec {
         /// The program to execute, as found on PATH by exitprof.
@@ -650,6 +670,15 @@ pub enum DriverCommand {
 pub struct ForkLoopArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub count: u32,
+}
+
+/// One sequential fork loop of the `netns` storm.
+#[derive(Clone, Copy, Debug, Args, PartialEq, Eq)]
+pub struct NetnsLoopArgs {
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub count: u32,
+    #[arg(long)]
+    pub veth_pairs: u32,
 }
 
 /// Settings of the conditions, for the commands that set them.
@@ -838,7 +867,7 @@ impl ThreadsArgs {
 
 impl ForkArgs {
     fn params(self) -> ForkParams {
-        let Self { count, parallel } = self;
+        let Self { count, parallel, .. } = self;
         ForkParams { count, parallel }
     }
 }
@@ -857,6 +886,7 @@ impl DriverCommand {
             Self::Threads(args) => Driver::Threads(args.params()),
             Self::Fork(ForkLoopArgs { count }) => Driver::Fork { count },
             Self::Ipcns(ForkLoopArgs { count }) => Driver::Ipcns { count },
+            Self::Netns(NetnsLoopArgs { count, veth_pairs }) => Driver::Netns { count, veth_pairs },
             Self::Exec { program, argv } => Driver::Exec { program, argv },
         }
     }
@@ -954,6 +984,13 @@ mod tests {
         assert!(!cli.run.json);
         let fork = ForkParams { count: 1024, parallel: 1 };
         assert_eq!(target(&["--workload", "ipcns"]), Target::Storm(Storm::Ipcns(fork)));
+        let netns = NetnsParams { forks: ForkParams { count: 3, parallel: 1 }, veth_pairs: 100 };
+        assert_eq!(
+            target(&["--workload", "netns", "--count", "3", "--veth-pairs", "100"]),
+            Target::Storm(Storm::Netns(netns))
+        );
+        let err = parse(&["--workload", "ipcns", "--veth-pairs", "4"]).unwrap_err();
+        assert!(err.to_string().contains("--veth-pairs applies to --workload netns only"), "{err}");
     }
 
     #[test]
@@ -1312,6 +1349,8 @@ mod tests {
         "threads",
         "fork",
         "ipcns",
+        "netns",
+        "--veth-pairs",
         "--count",
         "--parallel",
         "--pid",

@@ -34,6 +34,7 @@ pub enum Storm {
     Threads(ThreadsParams),
     Fork(ForkParams),
     Ipcns(ForkParams),
+    Netns(NetnsParams),
 }
 
 /// Parameters of the `threads` storm: `threads` threads created, then joined, `reps` times;
@@ -54,4 +55,13 @@ pub struct ThreadsParams {
 pub struct ForkParams {
     pub count: u32,
     pub parallel: u32,
+}
+
+/// Parameters of the `netns` storm: the fork loops of `ipcns`, each child making `veth_pairs`
+/// veth pairs in its own network namespace before it exits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetnsParams {
+    #[serde(flatten)]
+    pub forks: ForkParams,
+    pub veth_pairs: u32,
 }

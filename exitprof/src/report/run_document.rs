@@ -20,7 +20,7 @@ use crate::{
         load::ProgramCost,
         plan::{AttachMode, Planned, Unplanned},
     },
-    profiled::{ForkParams, Storm, Target, ThreadsParams, workload::exit_rate},
+    profiled::{ForkParams, NetnsParams, Storm, Target, ThreadsParams, workload::exit_rate},
     report::{
         groups::GroupsDoc,
         verdict::{run_verdict, teardown_verdict},
@@ -144,6 +144,7 @@ pub enum WorkloadDoc {
     Threads(ThreadsParams),
     Fork(ForkParams),
     Ipcns(ForkParams),
+    Netns(NetnsParams),
     Command { command: Vec<String> },
     Pid { pid: u32, duration_s: Option<f64> },
     Comm { comm: String, duration_s: Option<f64> },
@@ -416,6 +417,7 @@ impl WorkloadDoc {
             Target::Storm(Storm::Threads(p)) => Self::Threads(*p),
             Target::Storm(Storm::Fork(f)) => Self::Fork(*f),
             Target::Storm(Storm::Ipcns(f)) => Self::Ipcns(*f),
+            Target::Storm(Storm::Netns(n)) => Self::Netns(*n),
             Target::Command(argv) => Self::Command {
                 command: argv.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
             },

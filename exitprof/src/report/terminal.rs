@@ -190,7 +190,10 @@ fn kernel_cost_table(cost: &KernelCostDoc) -> String {
 
 fn heading(w: &WorkloadDoc) -> &'static str {
     match w {
-        WorkloadDoc::Threads(_) | WorkloadDoc::Fork(_) | WorkloadDoc::Ipcns(_) => "workload:",
+        WorkloadDoc::Threads(_)
+        | WorkloadDoc::Fork(_)
+        | WorkloadDoc::Ipcns(_)
+        | WorkloadDoc::Netns(_) => "workload:",
         WorkloadDoc::Command { .. } => "command:",
         WorkloadDoc::Pid { .. } | WorkloadDoc::Comm { .. } | WorkloadDoc::All { .. } => "watched:",
     }
@@ -217,6 +220,12 @@ pub fn describe(w: &WorkloadDoc) -> String {
         WorkloadDoc::Ipcns(f) => {
             format!("ipcns, {} x fork + unshare(CLONE_NEWIPC) + exit{}", f.count, loops(f.parallel))
         }
+        WorkloadDoc::Netns(n) => format!(
+            "netns, {} x fork + unshare(CLONE_NEWNET) + {} veth pairs + exit{}",
+            n.forks.count,
+            n.veth_pairs,
+            loops(n.forks.parallel)
+        ),
         WorkloadDoc::Command { command } => {
             let words: Vec<String> = command.iter().map(|w| shell_quoted(w)).collect();
             format!("{} and its descendants", words.join(" "))

@@ -87,11 +87,16 @@ pub fn prepare(target: &Target) -> anyhow::Result<(Prepared, Option<f64>)> {
         Target::Storm(storm) => {
             let limits = SystemLimits::read().context("reading the system's limits")?;
             limits::check(storm, &limits).map_err(|e| UsageError(e.to_string()))?;
-            if let Storm::Ipcns(_) = storm
+            let unshares = match storm {
+                Storm::Ipcns(_) => Some(("ipcns", "CLONE_NEWIPC")),
+                Storm::Netns(_) => Some(("netns", "CLONE_NEWNET")),
+                _ => None,
+            };
+            if let Some((name, flag)) = unshares
                 && !privileges::has_capability(privileges::CAP_SYS_ADMIN)
             {
                 anyhow::bail!(
-                    "--workload ipcns needs CAP_SYS_ADMIN: its children unshare(CLONE_NEWIPC)"
+                    "--workload {name} needs CAP_SYS_ADMIN: its children unshare({flag})"
                 );
             }
             let burst_rate = match storm {

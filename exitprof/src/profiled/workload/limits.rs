@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use super::default_stack;
 use crate::{
     probes::privileges,
-    profiled::{ForkParams, Storm, ThreadsParams},
+    profiled::{ForkParams, NetnsParams, Storm, ThreadsParams},
 };
 
 /// What a live thread costs in memory that must really exist, at least: its kernel stack
@@ -107,7 +107,8 @@ fn needs(storm: &Storm) -> Needs {
             processes: 1,
         },
         Storm::Fork(ForkParams { count, parallel })
-        | Storm::Ipcns(ForkParams { count, parallel }) => {
+        | Storm::Ipcns(ForkParams { count, parallel })
+        | Storm::Netns(NetnsParams { forks: ForkParams { count, parallel }, .. }) => {
             Needs {
                 what: format!("--parallel {parallel}"),
                 // Every loop is a process with one child at a time.

@@ -16,6 +16,7 @@ pub mod command;
 mod default_stack;
 mod forks;
 pub mod limits;
+mod netns;
 mod pacer;
 pub mod threads;
 
@@ -56,6 +57,7 @@ impl Workload {
         match self {
             Self::Storm(Storm::Threads(p)) => Some(u64::from(p.threads) * u64::from(p.reps)),
             Self::Storm(Storm::Fork(f) | Storm::Ipcns(f)) => Some(u64::from(f.count)),
+            Self::Storm(Storm::Netns(n)) => Some(u64::from(n.forks.count)),
             Self::Command { .. } => None,
         }
     }
@@ -75,6 +77,13 @@ impl Workload {
             }
             Self::Storm(Storm::Fork(f)) => fork_loops(*f, "fork", &args),
             Self::Storm(Storm::Ipcns(f)) => fork_loops(*f, "ipcns", &args),
+            Self::Storm(Storm::Netns(n)) => {
+                let mut loops = fork_loops(n.forks, "netns", &args);
+                for a in &mut loops {
+                    a.extend(args(&["--veth-pairs", &n.veth_pairs.to_string()]));
+                }
+                loops
+            }
             Self::Command { program, argv } => {
                 let mut a = args(&["exec", "--program"]);
                 a.push(program.clone().into());
@@ -330,6 +339,12 @@ pub enum Driver {
     Ipcns {
         count: u32,
     },
+    /// A sequential fork loop of `count` children that unshare their network namespace, make
+    /// `veth_pairs` veth pairs in it and exit.
+    Netns {
+        count: u32,
+        veth_pairs: u32,
+    },
     /// Executes `program` in place of the child, keeping its pid; `argv` is the command line
     /// as given, CMD first.
     Exec {
@@ -355,6 +370,10 @@ pub fn run_child(channel_fd: Option<i32>, driver: Driver) -> anyhow::Result<()> 
         Driver::Ipcns { count } => {
             forks::run(count, forks::Child::NewIpcNamespace).context("ipcns storm")?
         }
+        Driver::Netns { count, veth_pairs } => {
+            let requests = netns::Requests::veth_pairs(veth_pairs);
+            forks::run(count, forks::Child::NewNetNamespace(&requests)).context("netns storm")?
+        }
         Driver::Exec { program, argv } => {
             drop(channel);
             let err = command::exec(program.as_ref(), &argv);
@@ -370,6 +389,7 @@ pub fn run_child(channel_fd: Option<i32>, driver: Driver) -> anyhow::Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profiled::NetnsParams;
 
     #[test]
     fn counts_are_shared_out() {
@@ -384,6 +404,15 @@ mod tests {
         assert_eq!(w.expected_exits(), Some(5));
         let args = w.child_args();
         assert_eq!(args, [["ipcns", "--count", "3"], ["ipcns", "--count", "2"]]);
+        let forks = ForkParams { count: 3, parallel: 2 };
+        let w = Workload::Storm(Storm::Netns(NetnsParams { forks, veth_pairs: 8 }));
+        assert_eq!(
+            w.child_args(),
+            [
+                ["netns", "--count", "2", "--veth-pairs", "8"],
+                ["netns", "--count", "1", "--veth-pairs", "8"]
+            ]
+        );
         let w =
             Workload::Command { program: "/bin/sh".into(), argv: vec!["sh".into(), "-c".into()] };
         assert_eq!(w.expected_exits(), None);

@@ -24,7 +24,7 @@ use crate::{
         maps::KernelLosses,
         plan::{AttachMode, How, Plan, Planned, SiteId, Unplanned},
     },
-    profiled::{ForkParams, Storm, Target, ThreadsParams, workload::ChildOutcome},
+    profiled::{ForkParams, NetnsParams, Storm, Target, ThreadsParams, workload::ChildOutcome},
     run::{Ended, RunEnd, RunOutcome, RunSetup, own_cost::OwnCost},
 };
 
@@ -90,6 +90,7 @@ pub enum TargetDoc {
     Threads(ThreadsParams),
     Fork(ForkParams),
     Ipcns(ForkParams),
+    Netns(NetnsParams),
     /// The command line's bytes, which need not be UTF-8.
     Command {
         argv: Vec<Vec<u8>>,
@@ -220,6 +221,7 @@ impl TargetDoc {
             Target::Storm(Storm::Threads(p)) => Self::Threads(*p),
             Target::Storm(Storm::Fork(p)) => Self::Fork(*p),
             Target::Storm(Storm::Ipcns(p)) => Self::Ipcns(*p),
+            Target::Storm(Storm::Netns(p)) => Self::Netns(*p),
             Target::Command(argv) => {
                 Self::Command { argv: argv.iter().map(|a| a.as_bytes().to_vec()).collect() }
             }
@@ -234,6 +236,7 @@ impl TargetDoc {
             Self::Threads(p) => Target::Storm(Storm::Threads(p)),
             Self::Fork(p) => Target::Storm(Storm::Fork(p)),
             Self::Ipcns(p) => Target::Storm(Storm::Ipcns(p)),
+            Self::Netns(p) => Target::Storm(Storm::Netns(p)),
             Self::Command { argv } => {
                 Target::Command(argv.into_iter().map(OsString::from_vec).collect())
             }
