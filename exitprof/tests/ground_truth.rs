@@ -491,3 +491,108 @@ fn the_flame_graph_exports_hold_where_exits_computed_and_blocked() {
         assert!(svg.contains(frame), "{frame} is not in the flame graph");
     }
 }
+
+/// The teardowns of network namespaces in a run's document.
+fn net_teardowns(doc: &Value) -> &Value {
+    let net = &doc["teardowns"]["net"];
+    assert_eq!(net["seen"], true, "cleanup_net's runs are not seen: {}", doc["unavailable"]);
+    net
+}
+
+/// The named teardown of the namespace of inode `inum`.
+fn named<'a>(net: &'a Value, inum: &str) -> &'a Value {
+    let name = format!("net:[{inum}]");
+    net["slowest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["namespace"] == name.as_str())
+        .unwrap_or_else(|| panic!("{name} is not among the teardowns joined: {net:#}"))
+}
+
+/// What a program measured itself, as text (`key=value` lines).
+fn measured_text(path: &Path, key: &str) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {}: {text}", path.display()))
+        .to_owned()
+}
+
+/// A killed process owning a network namespace of 1,024 veth pairs: its exit is recorded, and
+/// its namespace's teardown joined to it, named by its inode number, and timed within 20 % of
+/// the run the kernel itself announced (the program times it by RTM_DELNSID: see
+/// netns_teardown.c). The four namespaces killed while that teardown ran are torn down together
+/// by the next run: each joined to its own exit once, their shares adding up to that run.
+#[test]
+fn a_killed_process_s_network_namespace_teardown_is_joined_named_and_timed() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("teardown");
+    let doc = profile("netns_teardown", &["1024", "4", out.to_str().unwrap()]);
+    let net = net_teardowns(&doc);
+    let measured_ns = measured(&out, "teardown_ns");
+    let victim = named(net, &measured_text(&out, "victim_inum"));
+    assert_eq!(victim["pid"].to_string(), measured_text(&out, "victim_pid"), "{victim}");
+    let run_ns = num(victim, "run_ns");
+    eprintln!(
+        "the namespace's cleanup_net run took {:.1} ms, announced {:.1} ms; {} namespaces in \
+         its run, {} joined in all",
+        run_ns / 1e6,
+        measured_ns / 1e6,
+        victim["batch"],
+        net["joined"]
+    );
+    assert!(
+        (run_ns / measured_ns - 1.0).abs() <= 0.2,
+        "its run took {run_ns} ns, the kernel announced {measured_ns} ns: {net:#}"
+    );
+    // Its share of its run: the run divided equally among the namespaces it tore down (on a
+    // shared machine, others' may have died meanwhile).
+    let batch = num(victim, "batch");
+    assert!((num(victim, "teardown_ns") - run_ns / batch).abs() <= 1.0, "{victim}");
+    // The batch: one run, each namespace once, their shares its time.
+    let small: Vec<&Value> =
+        measured_text(&out, "small_inums").split(',').map(|inum| named(net, inum)).collect();
+    let pids = measured_text(&out, "small_pids");
+    let mut joined_pids: Vec<String> = small.iter().map(|n| n["pid"].to_string()).collect();
+    joined_pids.sort();
+    let mut expected: Vec<&str> = pids.split(',').collect();
+    expected.sort_unstable();
+    assert_eq!(joined_pids, expected, "{net:#}");
+    let batch_run = num(small[0], "run_ns");
+    let batch_size = num(small[0], "batch");
+    assert!(batch_size >= 4.0, "the four namespaces were not torn down together: {net:#}");
+    for n in &small {
+        assert_eq!((num(n, "run_ns"), num(n, "batch")), (batch_run, batch_size), "{net:#}");
+    }
+    let shares: f64 = small.iter().map(|n| num(n, "teardown_ns")).sum();
+    assert!(
+        (shares - batch_run * 4.0 / batch_size).abs() <= 4.0,
+        "the four shares add up to {shares} ns, of a run of {batch_run} ns for {batch_size}"
+    );
+    assert_eq!(net["not_seen"], 0, "{net:#}");
+    let verdict = doc["verdict"].as_str().unwrap();
+    assert!(verdict.contains("network namespaces took"), "{verdict}");
+}
+
+/// A namespace held by a descriptor after the exit of its last task outlives the exit: its
+/// teardown is not the exit's, and is counted apart, with how long it outlived it; a namespace
+/// no task exited in is counted as a teardown without an exit (see netns_outlive.c).
+#[test]
+fn teardowns_that_are_not_an_exit_s_are_counted_apart() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("outlive");
+    let doc = profile("netns_outlive", &["300", out.to_str().unwrap()]);
+    let net = net_teardowns(&doc);
+    let by = measured(&out, "outlived_by_ns");
+    assert!(num(net, "outlived") >= 1.0 && num(net, "without_exit") >= 1.0, "{net:#}");
+    for inum in ["outlived_inum", "orphan_inum"] {
+        let name = format!("net:[{}]", measured_text(&out, inum));
+        assert!(!net["slowest"].to_string().contains(&name), "{name} was joined: {net:#}");
+    }
+    // From its last exit's end to its teardown: at least the 300 ms it was held after.
+    let outlived_by = num(&net["outlived_by_ns"], "max_ns");
+    assert!(outlived_by >= 0.9 * by.min(300e6), "outlived by {outlived_by} ns: {net:#}");
+}

@@ -11,7 +11,7 @@ use crate::{
     analysis::{
         blocking::blocked_frames,
         kept_exits::KeptExit,
-        on_cpu::{HotPath, SAMPLING_FRAMES, exit_frames, heaviest_chain},
+        on_cpu::{EXIT_FRAME, HotPath, SAMPLING_FRAMES, exit_frames, heaviest_chain},
         profile::Profile,
         records::{ExitKind, StackKind},
         stages::span_after,
@@ -164,7 +164,7 @@ impl ExitTimeline {
         samples.sort_by_key(|s| s.at_ns);
         let weighed: Vec<(&[String], f64)> =
             samples.iter().map(|s| (s.stack.as_slice(), 1.0)).collect();
-        let computed_in = heaviest_chain(&weighed);
+        let computed_in = heaviest_chain(&weighed, EXIT_FRAME);
         let top_function = top_function(&samples);
         let (duration_ns, off_cpu_ns, runq_ns) =
             (exit.duration_ns(), exit.off_cpu_ns(), exit.runq_ns());

@@ -171,16 +171,17 @@ impl StageOnCpu {
         rows.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.stack.cmp(&b.stack)));
         let weighed: Vec<(&[String], f64)> =
             rows.iter().map(|r| (r.stack.as_slice(), r.samples as f64)).collect();
-        let mostly_in = heaviest_chain(&weighed);
+        let mostly_in = heaviest_chain(&weighed, EXIT_FRAME);
         Self { stage, samples, on_cpu_ns, mostly_in, stacks: rows }
     }
 }
 
 /// The deepest chain of calls (innermost first, as stacks are) that holds most of the weight of
 /// `stacks`: from the outermost frame in, the callee that holds the most weight, as long as it
-/// holds at least [`HOT_PATH_SHARE`] of it all. `do_exit` is left out of the chain. What a
-/// stage's samples mostly go through, or (weighed by their change) where a diff's time moved.
-pub fn heaviest_chain(stacks: &[(&[String], f64)]) -> Option<HotPath> {
+/// holds at least [`HOT_PATH_SHARE`] of it all. `outermost` (the function they all are in:
+/// `do_exit`, a teardown's work function) is left out of the chain. What a stage's samples mostly
+/// go through, or (weighed by their change) where a diff's time moved.
+pub fn heaviest_chain(stacks: &[(&[String], f64)], outermost: &str) -> Option<HotPath> {
     let total: f64 = stacks.iter().map(|(_, w)| w.max(0.0)).sum();
     if total <= 0.0 {
         return None;
@@ -208,7 +209,7 @@ pub fn heaviest_chain(stacks: &[(&[String], f64)]) -> Option<HotPath> {
         }
     }
     let frames: Vec<String> =
-        path.iter().rev().filter(|&&f| f != EXIT_FRAME).map(|&f| f.to_owned()).collect();
+        path.iter().rev().filter(|&&f| f != outermost).map(|&f| f.to_owned()).collect();
     (!frames.is_empty()).then(|| HotPath { frames, share: held / total })
 }
 

@@ -37,7 +37,7 @@ use crate::{
         blocking::SCHEDULER_FRAMES,
         exit_stacks::Tally,
         histogram::{Latency, Summary},
-        on_cpu::{SAMPLING_FRAMES, frames_within},
+        on_cpu::{HotPath, SAMPLING_FRAMES, frames_within, heaviest_chain},
         records::{Exit, ExitKey, KernelStack, StackKind, TaskName},
     },
     kernel::kallsyms::Kallsyms,
@@ -749,8 +749,9 @@ impl Teardowns {
             outlived: counts.outlived,
             outlived_by_ns: counts.outlived_by.summary(),
             not_seen: counts.not_seen,
-            blocked_in: where_.0,
-            on_cpu_in: where_.1,
+            blocked_in: where_.blocked_in,
+            on_cpu_in: where_.on_cpu_in,
+            computes_mostly_in: where_.mostly_in,
             slowest: named.into_iter().take(NAMED).map(|j| NamedTeardown::of(j)).collect(),
         }
     }
@@ -759,11 +760,7 @@ impl Teardowns {
     /// the proportion of its namespaces that were joined: the stacks its kworker blocked in
     /// (all of its blocked time shared out by the blocks walked, as for exits), and those the
     /// sampling clock caught it in.
-    fn where_(
-        &self,
-        kind: TeardownKind,
-        symbols: &Kallsyms,
-    ) -> (Vec<TeardownBlock>, Vec<TeardownSample>) {
+    fn where_(&self, kind: TeardownKind, symbols: &Kallsyms) -> Where {
         let function = kind.function();
         let mut teardown_ns = 0.0;
         let mut blocked_ns = 0.0;
@@ -826,9 +823,19 @@ impl Teardowns {
             .collect();
         computes
             .sort_by(|a, b| b.samples.total_cmp(&a.samples).then_with(|| a.stack.cmp(&b.stack)));
+        let weighed: Vec<(&[String], f64)> =
+            computes.iter().map(|c| (c.stack.as_slice(), c.samples)).collect();
+        let mostly_in = heaviest_chain(&weighed, function);
         computes.truncate(STACKS_LISTED);
-        (blocks, computes)
+        Where { blocked_in: blocks, on_cpu_in: computes, mostly_in }
     }
+}
+
+/// Where a kind of teardown spent its time.
+struct Where {
+    blocked_in: Vec<TeardownBlock>,
+    on_cpu_in: Vec<TeardownSample>,
+    mostly_in: Option<HotPath>,
 }
 
 /// What a block waited for: the first frame, innermost first, that is not the scheduler's or a
@@ -899,6 +906,8 @@ pub struct TeardownReport {
     /// Where the teardowns of joined namespaces blocked, and computed.
     pub blocked_in: Vec<TeardownBlock>,
     pub on_cpu_in: Vec<TeardownSample>,
+    /// The chain of calls from the work function most of the samples go through, if one does.
+    pub computes_mostly_in: Option<HotPath>,
     /// The joined namespaces whose share took longest.
     pub slowest: Vec<NamedTeardown>,
 }

@@ -316,7 +316,7 @@ impl MovedCode {
         let sampled = same_way(on_cpu, on_cpu_delta);
         let weighed: Vec<(&[String], f64)> =
             sampled.iter().map(|(s, w)| (s.as_slice(), *w)).collect();
-        let on_cpu = heaviest_chain(&weighed).map(|hot| ChainChange {
+        let on_cpu = heaviest_chain(&weighed, EXIT_FRAME).map(|hot| ChainChange {
             delta_ns_per_exit: on_cpu_delta.signum()
                 * sampled
                     .iter()

@@ -124,19 +124,27 @@ fn teardown_clause(t: &TeardownReport) -> String {
             t.mean_per_run
         ));
     }
-    let blocked = t.blocked_in.first().filter(|b| b.share >= 0.05);
-    let computes = t.on_cpu_in.first();
+    // Blocks named by what they wait for: the same wait from several callers is one.
+    let mut waits: Vec<(&str, f64)> = Vec::new();
+    for b in &t.blocked_in {
+        match waits.iter_mut().find(|(wait, _)| *wait == b.wait) {
+            Some((_, share)) => *share += b.share,
+            None => waits.push((&b.wait, b.share)),
+        }
+    }
+    waits.sort_by(|a, b| b.1.total_cmp(&a.1));
     if t.blocked_share >= MOSTLY_OFF_CPU
-        && let Some(b) = blocked
+        && let Some((wait, share)) = waits.first().filter(|(_, share)| *share >= 0.05)
     {
-        text.push_str(&format!(", {:.0}% blocked in {}", b.share * 100.0, b.wait));
+        text.push_str(&format!(", {:.0}% blocked in {wait}", share * 100.0));
     } else if t.on_cpu_share >= MOSTLY_OFF_CPU
-        && let Some(c) = computes
+        && let Some(hot) = &t.computes_mostly_in
     {
         text.push_str(&format!(
-            ", {:.0}% on a CPU, mostly in {}",
+            ", {:.0}% on a CPU, mostly in {} ({:.0}% of its samples)",
             t.on_cpu_share * 100.0,
-            describe_chain(&c.stack, 3)
+            describe_chain(&hot.frames, CHAIN_SHOWN),
+            hot.share * 100.0
         ));
     } else {
         text.push_str(&format!(
