@@ -112,7 +112,10 @@ fn an_unreachable_rate_is_refused_with_the_rate_measured() {
 
 #[test]
 fn options_of_another_target_are_usage_errors() {
-    assert_usage_error(&["--count", "5"], "--count applies to --workload fork, ipcns and netns only");
+    assert_usage_error(
+        &["--count", "5"],
+        "--count applies to --workload fork, ipcns and netns only",
+    );
     assert_usage_error(&["--workload", "fork", "--all"], "--all");
     assert_usage_error(&["--comm", "a-name-of-more-than-15-bytes"], "15 bytes");
 }

@@ -17,10 +17,11 @@ use crate::command::{is_root, run};
 pub const INTEGRATION: &[&str] =
     &["prometheus", "util-linux", "gcc", "libc6-dev", "lintian", "chromium"];
 
-/// What the VM tests need: qemu boots the test kernels, x86_64 ones and aarch64 ones. (The
-/// guests' busybox comes from Debian's archive, for each architecture, as their kernels do; the
-/// cross compiler that builds for aarch64 is installed by the build, `cargo xtask dist`.)
-pub const VM: &[&str] = &["qemu-system-x86", "qemu-system-arm"];
+/// What the VM tests need: qemu boots the test kernels, x86_64 ones and aarch64 ones; xz-utils
+/// and zstd uncompress the modules of Debian's kernels that the guests load. (The guests'
+/// busybox comes from Debian's archive, for each architecture, as their kernels do; the cross
+/// compiler that builds for aarch64 is installed by the build, `cargo xtask dist`.)
+pub const VM: &[&str] = &["qemu-system-x86", "qemu-system-arm", "xz-utils", "zstd"];
 
 /// What `cargo xtask bench` runs beside exitprof: bpftrace times each exit with a minimal probe,
 /// the floor exitprof is compared with.

@@ -36,6 +36,7 @@ use crate::{
     analysis::{
         blocking::SCHEDULER_FRAMES,
         exit_stacks::Tally,
+        fixed_buckets::FixedBuckets,
         histogram::{Latency, Summary},
         on_cpu::{HotPath, SAMPLING_FRAMES, frames_within, heaviest_chain},
         records::{Exit, ExitKey, KernelStack, StackKind, TaskName},
@@ -79,7 +80,7 @@ const WAIT_FRAMES: &[&str] = &[
 ];
 
 /// A kind of namespace teardown.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TeardownKind {
     Net,
@@ -282,6 +283,7 @@ impl Run {
 #[derive(Default)]
 struct KindCounts {
     runs: u64,
+    joined: u64,
     /// When the latest complete run began.
     last_run_start_ns: u64,
     namespaces: u64,
@@ -311,10 +313,9 @@ pub struct Teardowns {
     frees_awaited: HashMap<u32, u64>,
     early_frees: HashMap<u32, (u64, bool)>,
     counts: [KindCounts; 2],
-    /// Every teardown joined to its exit, in the order they joined.
+    /// Every teardown joined to its exit, in the order they joined (`serve` takes them as they
+    /// come).
     pub joined: Vec<Joined>,
-    /// How many of `joined` a reader (`serve`) has taken.
-    taken: usize,
     /// Each distinct raw stack once; runs' tallies refer to it by index.
     stacks: Vec<Vec<u64>>,
     stack_ids: HashMap<Vec<u64>, u32>,
@@ -336,7 +337,6 @@ impl Teardowns {
             early_frees: HashMap::new(),
             counts: Default::default(),
             joined: Vec::new(),
-            taken: 0,
             stacks: Vec::new(),
             stack_ids: HashMap::new(),
             latest_ns: 0,
@@ -526,6 +526,7 @@ impl Teardowns {
             return self.unjoined(torn, Some(last), true);
         }
         self.joined.push(Joined { torn, exit: last });
+        self.counts[kind.index()].joined += 1;
         if let Some(run) = self.runs.get_mut(&RunKey { pid: torn.run_pid, start_ns: start }) {
             run.joined += 1;
         }
@@ -570,11 +571,16 @@ impl Teardowns {
         true
     }
 
-    /// The joins a reader has not taken yet (`serve` folds them into its histograms).
-    pub fn take_joined(&mut self) -> &[Joined] {
-        let new = &self.joined[self.taken..];
-        self.taken = self.joined.len();
-        new
+    /// The joins so far, taken out (`serve` folds them into its histograms as they come, and
+    /// keeps none).
+    pub fn take_joined(&mut self) -> Vec<Joined> {
+        std::mem::take(&mut self.joined)
+    }
+
+    /// `kind`'s runs and teardowns joined so far (what did not join is [`Self::counted`]).
+    pub fn counts(&self, kind: TeardownKind) -> TeardownCounts {
+        let c = &self.counts[kind.index()];
+        TeardownCounts { runs: c.runs, joined: c.joined }
     }
 
     /// What the teardowns of both kinds add to the run's table of counts
@@ -847,6 +853,29 @@ pub fn wait_site(frames: &[String]) -> String {
         .or(frames.first())
         .cloned()
         .unwrap_or_else(|| "(stack unknown)".to_owned())
+}
+
+/// A kind of teardown's histograms in fixed buckets (`serve`'s series): each joined namespace's
+/// share of its run, and its wait from its exit's end to the run's start.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TeardownBuckets {
+    pub teardown: FixedBuckets,
+    pub wait: FixedBuckets,
+}
+
+impl TeardownBuckets {
+    /// Counts one joined teardown (a run that began before its exit's end waited nothing).
+    pub fn record(&mut self, joined: &Joined) {
+        self.teardown.record(joined.torn.share_ns);
+        self.wait.record(joined.wait_ns().unwrap_or(0));
+    }
+}
+
+/// One kind's runs, and its teardowns joined to their exits (`serve`'s counters of each kind).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TeardownCounts {
+    pub runs: u64,
+    pub joined: u64,
 }
 
 /// Both kinds' reports.

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::{
-    input::{RunView, StageView},
+    input::{RunView, StageView, TeardownView},
     matching::{Group, match_stages},
     noise::{
         CONFIDENCE, Change, FEW_RUNS_FACTOR, FEW_RUNS_FLOOR, Figure, RUNS_FOR_AN_INTERVAL,
@@ -41,6 +41,9 @@ pub struct DiffDocument {
     pub every_blocked: Vec<StackChange>,
     /// The code whose time moved, for each row the verdict names (largest change first).
     pub moved_code: Vec<MovedCode>,
+    /// Each kind of namespace teardown that some run of either side joined to an exit,
+    /// matched by kind across the sides (their kernels' work functions may differ within).
+    pub teardowns: Vec<TeardownChange>,
     /// Some row's time per exit changed beyond run-to-run noise.
     pub changed: bool,
     /// What makes the comparison less than fair (a side that lost many of its exits, sides
@@ -136,6 +139,24 @@ pub struct StackChange {
     pub delta_ns_per_exit: f64,
 }
 
+/// One kind of namespace teardown on both sides: each joined namespace's teardown (its share of
+/// its run), the wait from its exit's end to its start (means over each side's runs of their
+/// means), and the shares of its time blocked and on a CPU. `null` where a side joined none.
+#[derive(Debug, Serialize)]
+pub struct TeardownChange {
+    /// `net`, `user`.
+    pub kind: &'static str,
+    /// `network namespace teardown (cleanup_net)`.
+    pub name: String,
+    /// Teardowns joined, per run of each side.
+    pub a_joined: Vec<u64>,
+    pub b_joined: Vec<u64>,
+    pub teardown_ns: Option<Change>,
+    pub wait_ns: Option<Change>,
+    pub blocked_share: Option<Change>,
+    pub on_cpu_share: Option<Change>,
+}
+
 /// A row's figures in one run.
 struct RunFigures {
     ns_per_exit: f64,
@@ -194,6 +215,7 @@ impl DiffDocument {
                 .flat_map(|s| s.on_cpu_in.iter().map(|i| (s.name.as_str(), &i.stack, i.est_ns)))
                 .collect()
         });
+        let teardowns = teardown_changes(&a_runs, &b_runs, level);
         let changed = rows.iter().any(|r| r.ns_per_exit.is_beyond_noise());
         let moved_code = named_rows(&rows)
             .into_iter()
@@ -213,6 +235,7 @@ impl DiffDocument {
             every_on_cpu: on_cpu_in,
             every_blocked: blocked_in,
             moved_code,
+            teardowns,
             changed,
             warnings,
             verdict: String::new(),
@@ -418,6 +441,44 @@ fn run_figures(run: &RunView, stages: &[String], one_stage: bool) -> RunFigures 
         _ => None,
     };
     RunFigures { ns_per_exit: total / exits, off_cpu_ns_per_exit: off / exits, latency }
+}
+
+/// Each kind of teardown some run joined, its figures on both sides (a side's run with none of
+/// it counts for nothing in a mean).
+fn teardown_changes(a: &[RunView], b: &[RunView], level: f64) -> Vec<TeardownChange> {
+    let kinds = [("net", 0), ("user", 1)];
+    kinds
+        .into_iter()
+        .filter_map(|(kind, index)| {
+            let of = |runs: &[RunView]| -> Vec<TeardownView> {
+                runs.iter()
+                    .filter_map(|r| Some(r.teardowns.as_ref()?.each()[index].1.clone()))
+                    .collect()
+            };
+            let (ta, tb) = (of(a), of(b));
+            let joined = |t: &[TeardownView]| t.iter().map(|v| v.joined).collect::<Vec<_>>();
+            if ta.iter().chain(&tb).all(|v| v.joined == 0) {
+                return None;
+            }
+            let first = ta.iter().chain(&tb).find(|v| v.joined > 0)?;
+            let values = |t: &[TeardownView], f: fn(&TeardownView) -> f64| -> Vec<f64> {
+                t.iter().filter(|v| v.joined > 0).map(f).collect()
+            };
+            let change = |f: fn(&TeardownView) -> f64| {
+                Change::of(&values(&ta, f), &values(&tb, f), level, Figure::Volatile, 0.0)
+            };
+            Some(TeardownChange {
+                kind,
+                name: format!("{} teardown ({})", first.kind, first.function),
+                a_joined: joined(&ta),
+                b_joined: joined(&tb),
+                teardown_ns: change(|v| v.teardown_ns.mean_ns),
+                wait_ns: change(|v| v.exit_to_start_ns.mean_ns),
+                blocked_share: change(|v| v.blocked_share),
+                on_cpu_share: change(|v| v.on_cpu_share),
+            })
+        })
+        .collect()
 }
 
 /// A run's stacks: (stage, frames, time).
@@ -716,6 +777,42 @@ mod tests {
         // A few lost alike on both sides: nothing to warn of.
         let doc = DiffDocument::new(&[teardown(1_000.0, 1, 0)], &[teardown(1_000.0, 1, 1)]);
         assert!(doc.warnings.is_empty(), "{:?}", doc.warnings);
+    }
+
+    /// Network namespace teardowns are matched across the sides by kind, whatever the work
+    /// function's code on each kernel: their time and wait, side by side; a kind neither side
+    /// joined has no row.
+    #[test]
+    fn teardowns_are_matched_by_kind() {
+        let with_teardowns = |kernel: &str, teardown_ns: f64| {
+            let mut doc = document(100, &tracepoint_cut(1_000.0));
+            doc["kernel"] = kernel.into();
+            let kind = |what: &str, function: &str, joined: u64| {
+                serde_json::json!({
+                    "kind": what, "function": function, "joined": joined,
+                    "teardown_ns": {"mean_ns": teardown_ns}, "exit_to_start_ns": {"mean_ns": 2e6},
+                    "blocked_share": 0.7, "on_cpu_share": 0.3,
+                })
+            };
+            doc["teardowns"] = serde_json::json!({
+                "net": kind("network namespace", "cleanup_net", 10),
+                "user": kind("user namespace", "free_user_ns", 0),
+            });
+            ("run.json".to_owned(), view(&doc))
+        };
+        let doc =
+            DiffDocument::new(&[with_teardowns("6.1", 400e6)], &[with_teardowns("7.3", 100e6)]);
+        assert_eq!(doc.teardowns.len(), 1, "{:?}", doc.teardowns);
+        let net = &doc.teardowns[0];
+        assert_eq!(net.name, "network namespace teardown (cleanup_net)");
+        let time = net.teardown_ns.as_ref().unwrap();
+        assert_eq!((time.a, time.b, time.delta), (400e6, 100e6, -300e6));
+        assert_eq!((net.a_joined.as_slice(), net.b_joined.as_slice()), (&[10][..], &[10][..]));
+        let text = super::super::text::render(&doc);
+        assert!(text.contains("network namespace teardown (cleanup_net)"), "{text}");
+        // Documents of an earlier exitprof have no teardowns: no row.
+        let plain = || ("run.json".to_owned(), view(&document(100, &tracepoint_cut(1_000.0))));
+        assert!(DiffDocument::new(&[plain()], &[plain()]).teardowns.is_empty());
     }
 
     #[test]

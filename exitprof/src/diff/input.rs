@@ -81,6 +81,9 @@ pub struct RunView {
     /// A hash of the file's bytes: the same run given twice has the same.
     #[serde(skip)]
     pub content: u64,
+    /// The namespace teardowns the exits set off (documents before them have none).
+    #[serde(default)]
+    pub teardowns: Option<TeardownsView>,
 }
 
 /// The losses of a run that `diff` weighs.
@@ -89,6 +92,42 @@ pub struct LossesView {
     /// Exits lost because the exit ring buffer was full: those of a burst, not a random sample.
     #[serde(default)]
     pub ringbuf_full: u64,
+}
+
+/// A run's namespace teardowns, by kind.
+#[derive(Clone, Debug, Deserialize)]
+pub struct TeardownsView {
+    pub net: TeardownView,
+    pub user: TeardownView,
+}
+
+impl TeardownsView {
+    /// Each kind, by the key `diff` matches it on.
+    pub fn each(&self) -> [(&'static str, &TeardownView); 2] {
+        [("net", &self.net), ("user", &self.user)]
+    }
+}
+
+/// One kind of teardown's figures.
+#[derive(Clone, Debug, Deserialize)]
+pub struct TeardownView {
+    /// `network namespace`, and the work function that tears it down (`cleanup_net`).
+    pub kind: String,
+    pub function: String,
+    /// Teardowns joined to their exits.
+    pub joined: u64,
+    /// Each one's share of its run, and the wait from its exit's end to its start.
+    pub teardown_ns: SummaryView,
+    pub exit_to_start_ns: SummaryView,
+    /// Of the joined teardowns' time: blocked, and on a CPU.
+    pub blocked_share: f64,
+    pub on_cpu_share: f64,
+}
+
+/// A latency summary's figure `diff` reads.
+#[derive(Clone, Debug, Deserialize)]
+pub struct SummaryView {
+    pub mean_ns: f64,
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -42,11 +42,67 @@ pub fn render(doc: &DiffDocument) -> String {
             out.push('\n');
         }
     }
+    let teardowns = teardown_table(doc);
+    if !teardowns.is_empty() {
+        out.push_str(
+            "\nnamespace teardowns the exits set off (each joined namespace's share of its run; \
+             means of each side's runs)\n",
+        );
+        out.push_str(&teardowns.to_string());
+        out.push('\n');
+    }
     for warning in &doc.warnings {
         let _ = writeln!(out, "\nwarning: {warning}");
     }
     let _ = writeln!(out, "\nverdict: {}", doc.verdict);
     out
+}
+
+/// Each kind of teardown: its time and wait on both sides, and its shares blocked and on a CPU.
+fn teardown_table(doc: &DiffDocument) -> TextTable {
+    let mut table = TextTable::new(["teardown", "figure", "A", "B", "change", "interval", "noise"])
+        .names_left(2);
+    for t in &doc.teardowns {
+        let times = [("teardown", &t.teardown_ns), ("exit end → start", &t.wait_ns)];
+        let shares = [("blocked", &t.blocked_share), ("on CPU", &t.on_cpu_share)];
+        let rows =
+            times.into_iter().map(|(figure, c)| (figure, c, fmt_ns as fn(f64) -> String)).chain(
+                shares.into_iter().map(|(figure, c)| (figure, c, share_cell as fn(f64) -> String)),
+            );
+        for (i, (figure, change, fmt)) in rows.enumerate() {
+            let name = if i == 0 { t.name.clone() } else { String::new() };
+            match change {
+                Some(c) => table.add_row([
+                    name,
+                    figure.to_owned(),
+                    fmt(c.a),
+                    fmt(c.b),
+                    change_cell(c),
+                    interval_cell(c),
+                    noise_cell(c).to_owned(),
+                ]),
+                None => table.add_row([
+                    name,
+                    figure.to_owned(),
+                    side_cell(&t.a_joined),
+                    side_cell(&t.b_joined),
+                    "-".to_owned(),
+                    "-".to_owned(),
+                    "-".to_owned(),
+                ]),
+            };
+        }
+    }
+    table
+}
+
+fn share_cell(share: f64) -> String {
+    format!("{:.0}%", share * 100.0)
+}
+
+/// What a side of a teardown row has where it joined none: `none`.
+fn side_cell(joined: &[u64]) -> String {
+    if joined.iter().all(|&n| n == 0) { "none".to_owned() } else { String::new() }
 }
 
 pub fn describe_side(side: &SideDoc) -> String {

@@ -19,8 +19,9 @@ use crate::analysis::{
     fixed_buckets::FixedBuckets,
     histogram::Latency,
     profile::Profile,
-    records::{Exit, ExitKind},
+    records::{Exit, ExitKind, TaskName},
     stages::Span,
+    teardown::{Joined, TeardownBuckets, TeardownKind},
 };
 
 /// What exits are grouped by.
@@ -86,6 +87,8 @@ pub struct Group {
     pub stage_ns: BTreeMap<String, u128>,
     /// When its last exit ended (the kernel's monotonic clock).
     pub last_exit_ns: u64,
+    /// The namespace teardowns its exits set off, by kind (`serve`).
+    pub teardowns: BTreeMap<TeardownKind, TeardownBuckets>,
 }
 
 impl Group {
@@ -96,6 +99,7 @@ impl Group {
             exit_ns: 0,
             stage_ns: BTreeMap::new(),
             last_exit_ns: 0,
+            teardowns: BTreeMap::new(),
         }
     }
 
@@ -171,14 +175,31 @@ impl Groups {
 
     /// The group an exit belongs to, by name.
     fn group_of(&self, exit: &Exit) -> Cow<'static, str> {
+        self.group_named(exit.process_comm, exit.comm, exit.cgroup_id)
+    }
+
+    /// The group of an exit by its process's name, its own and its cgroup.
+    fn group_named(&self, process: TaskName, comm: TaskName, cgroup_id: u64) -> Cow<'static, str> {
         let name = match self.options.by {
             GroupBy::Comm => {
-                let name = if exit.process_comm.is_known() { exit.process_comm } else { exit.comm };
+                let name = if process.is_known() { process } else { comm };
                 if name.is_known() { name.to_string() } else { "?".to_owned() }
             }
-            GroupBy::Cgroup => self.cgroup_paths.workload(exit.cgroup_id),
+            GroupBy::Cgroup => self.cgroup_paths.workload(cgroup_id),
         };
         Cow::Owned(apart_from_other(name))
+    }
+
+    /// Folds in a namespace teardown, under the group of the exit that set it off (under
+    /// [`OTHER`] where that group is not kept: past the bound, or expired since).
+    pub fn add_teardown(&mut self, joined: &Joined) {
+        let e = &joined.exit;
+        let name = self.group_named(e.process_comm, e.comm, e.cgroup_id);
+        let name = if self.by_name.contains_key(name.as_ref()) { name } else { OTHER.into() };
+        let percentiles = self.percentiles;
+        let group =
+            self.by_name.entry(name.into_owned()).or_insert_with(|| Group::new(percentiles));
+        group.teardowns.entry(joined.torn.kind).or_default().record(joined);
     }
 
     /// Drops the groups whose last exit ended more than the time to live before `now_ns` (the

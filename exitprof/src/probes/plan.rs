@@ -56,9 +56,10 @@ pub enum PointSet {
     /// Every point the kernel offers: the exit cut into stages, deferred work joined.
     #[default]
     Full,
-    /// Every point of the exit itself, without the probes of deferred work (`workqueue_*` fire
-    /// on every work item of the machine, `kfree` on every free): what `serve` attaches, as it
-    /// does not join deferred work.
+    /// Every point of the exit itself, and of the namespace teardowns exits set off, without
+    /// the probes of other deferred work (`kfree` fires on every free of the machine, a
+    /// `free_ipc` run's kworker is not followed): what `serve` attaches, which joins only
+    /// teardowns.
     Stages,
     /// Only what an exit's start and end need: its first probe and the final switch-out. The
     /// exit is one stage; it checks what the other points cost the exits they time.
@@ -627,11 +628,12 @@ impl Plan {
     /// an exit (and the first exit-only point, where they do not cover every way into an exit),
     /// the final switch-out and the task's free (where a slot left by an unseen end is
     /// released); for [`PointSet::Stages`], all but the probes of deferred work (the task's
-    /// free kept); the others are listed as left out.
+    /// free and the namespace teardowns kept); the others are listed as left out.
     #[must_use]
     pub fn with_points(self, set: PointSet) -> Self {
-        let kept_in_stages =
-            |site: SiteId| !matches!(site, SiteId::Deferred(_)) || site == TASK_FREE;
+        let kept_in_stages = |site: SiteId| {
+            !matches!(site, SiteId::Deferred(_)) || site == TASK_FREE || is_teardown(site)
+        };
         match set {
             PointSet::Full => return self,
             PointSet::Stages => return self.keeping(kept_in_stages, "--points stages"),
@@ -765,6 +767,15 @@ impl Plan {
             .join("; ");
         Err(PlanError::MissingBoundary { what, why })
     }
+}
+
+/// Whether `site` observes a namespace teardown (its work function, or its work item's runs).
+fn is_teardown(site: SiteId) -> bool {
+    WORK_FUNCTIONS.iter().filter(|(function, ..)| *function != "free_ipc").any(
+        |(_, primary, fallbacks, _)| {
+            site == *primary || fallbacks.iter().any(|&f| site == SiteId::Deferred(f))
+        },
+    )
 }
 
 /// The work function whose work items a `workqueue_*` site looks for, if it is one.

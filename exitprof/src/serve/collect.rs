@@ -1,16 +1,21 @@
 //! serve's collection loop: records read from the ring buffers as a run reads them, on a slower
 //! beat, folded into the profile's histograms, and a snapshot published for the scrapes.
 
-use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use tokio::{sync::watch, time::MissedTickBehavior};
 
 use super::{
-    metrics::Snapshot,
+    metrics::{Snapshot, TeardownSnapshot},
     read_errors::{ReadErrors, Source},
 };
 use crate::{
-    analysis::{profile::Profile, records::Exit, session::Undecodable},
+    analysis::{
+        profile::Profile,
+        records::{Exit, decode_deferred},
+        session::Undecodable,
+        teardown::{TeardownBuckets, TeardownKind, Teardowns},
+    },
     base::signals::Signals,
     groups::{GroupOptions, Groups},
     probes::{
@@ -42,16 +47,19 @@ pub enum Ended {
 }
 
 /// What serve keeps of the records: the exits' histograms, fixed in size, and their groups',
-/// bounded in number; and the last figures read from the kernel, served again where a read
-/// fails.
+/// bounded in number; the namespace teardowns, joined to their exits as they come (what waits
+/// for its other side expires), in histograms by kind (and by group); and the last figures read
+/// from the kernel, served again where a read fails.
 struct Folded {
     profile: Profile,
     groups: Option<Groups>,
-    undecodable: u64,
+    undecodable: Undecodable,
     kernel_losses: KernelLosses,
     probe_misses: u64,
     costs: Vec<ProgramCost>,
     read_errors: ReadErrors,
+    teardowns: Teardowns,
+    teardown_series: BTreeMap<TeardownKind, TeardownBuckets>,
 }
 
 impl RecordSink for Folded {
@@ -62,17 +70,27 @@ impl RecordSink for Folded {
                 if let Some(groups) = &mut self.groups {
                     groups.add(&exit, &self.profile, &spans);
                 }
+                self.teardowns.exit(&exit);
+                self.fold_teardowns();
             }
             Err(e) => {
-                self.undecodable += 1;
+                self.undecodable.exits += 1;
                 log::debug!("undecodable exit record: {e}");
             }
         }
     }
 
-    /// Deferred work is not served (its joins keep exits in flight): its probes are not
-    /// attached (`--points stages`), and no record comes.
-    fn deferred_record(&mut self, _: &[u8]) {}
+    /// Of deferred work, only namespace teardowns are served (`--points stages` attaches no
+    /// other deferred work's probes but the task's free, which `Teardowns` reads for them).
+    fn deferred_record(&mut self, bytes: &[u8]) {
+        match decode_deferred(bytes) {
+            Some(record) => {
+                self.teardowns.record(&record);
+                self.fold_teardowns();
+            }
+            None => self.undecodable.deferred += 1,
+        }
+    }
 
     /// Sampling and block stacks are off in serve: no stack comes.
     fn stack_record(&mut self, _: &[u8]) {}
@@ -93,11 +111,36 @@ impl Folded {
         Self {
             profile: Profile::new(plan),
             groups: groups.map(Groups::series_only),
-            undecodable: 0,
+            undecodable: Undecodable::default(),
             kernel_losses: KernelLosses::default(),
             probe_misses: 0,
             costs: Vec::new(),
             read_errors: ReadErrors::default(),
+            teardowns: Teardowns::new(plan.sees_net_teardowns(), plan.sees_user_ns_teardowns()),
+            teardown_series: BTreeMap::new(),
+        }
+    }
+
+    /// The teardowns now: each kind seen, its runs and joins, and its histograms.
+    fn teardown_snapshot(&self) -> TeardownSnapshot {
+        let kinds = TeardownKind::ALL.into_iter().filter(|&k| self.teardowns.sees(k));
+        TeardownSnapshot {
+            kinds: kinds
+                .map(|k| {
+                    let series = self.teardown_series.get(&k).cloned().unwrap_or_default();
+                    (k, self.teardowns.counts(k), series)
+                })
+                .collect(),
+        }
+    }
+
+    /// The teardowns joined since the last call, into the histograms.
+    fn fold_teardowns(&mut self) {
+        for joined in self.teardowns.take_joined() {
+            self.teardown_series.entry(joined.torn.kind).or_default().record(&joined);
+            if let Some(groups) = &mut self.groups {
+                groups.add_teardown(&joined);
+            }
         }
     }
 
@@ -112,8 +155,8 @@ impl Folded {
         );
         let probe_misses =
             errors.keep(Source::ProbeMisses, probes.misses(), &mut self.probe_misses);
-        let undecodable = Undecodable { exits: self.undecodable, ..Undecodable::default() };
-        Losses::new(&kernel, undecodable, &self.profile, 0, probe_misses)
+        Losses::new(&kernel, self.undecodable, &self.profile, 0, probe_misses)
+            .with(self.teardowns.counted())
     }
 
     /// Each program's runs and run time, as last read where they cannot be read now.
@@ -159,7 +202,8 @@ pub async fn collect(
             _ = publishes.tick() => {
                 let losses = folded.losses(probes);
                 let expired = folded.groups.as_mut().map(|g| g.expire(monotonic_now_ns()));
-                let state = (folded.profile.exits, losses, folded.read_errors);
+                let teardown_counts = TeardownKind::ALL.map(|k| folded.teardowns.counts(k));
+                let state = (folded.profile.exits, losses, folded.read_errors, teardown_counts);
                 // The programs' counts move with every context switch: always new.
                 if bpf_stats || published.as_ref() != Some(&state) || expired.is_some_and(|n| n > 0) {
                     let costs = if bpf_stats { folded.costs(probes) } else { Vec::new() };
@@ -169,6 +213,7 @@ pub async fn collect(
                         losses,
                         costs,
                         folded.read_errors,
+                        &folded.teardown_snapshot(),
                     );
                     publish.send_replace(Arc::new(snapshot));
                     published = Some(state);

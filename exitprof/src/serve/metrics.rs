@@ -6,7 +6,12 @@ use std::sync::Arc;
 
 use super::read_errors::ReadErrors;
 use crate::{
-    analysis::{fixed_buckets::FixedBuckets, profile::Profile, records::ExitKind},
+    analysis::{
+        fixed_buckets::FixedBuckets,
+        profile::Profile,
+        records::ExitKind,
+        teardown::{TeardownBuckets, TeardownCounts, TeardownKind},
+    },
     export::prom::{
         DIAGNOSTICS, LATENCY, LOSSES, TextFormat, Writer, diagnostics_help, losses_help, seconds,
     },
@@ -27,6 +32,25 @@ pub struct Snapshot {
     pub programs: Vec<ProgramCost>,
     /// Reads of the kernel's counters that failed (their last values are served).
     pub read_errors: ReadErrors,
+    /// The namespace teardowns of each kind seen: its runs and teardowns joined.
+    pub teardown_counts: Vec<(TeardownKind, TeardownCounts)>,
+    /// Their histograms, by kind (and by group, where exits are grouped).
+    pub teardowns: Vec<TeardownSeries>,
+}
+
+/// The namespace teardowns at one moment, as the collection has them.
+#[derive(Default)]
+pub struct TeardownSnapshot {
+    /// Each kind seen: its runs and teardowns joined, and their histograms (of the whole
+    /// machine's exits).
+    pub kinds: Vec<(TeardownKind, TeardownCounts, TeardownBuckets)>,
+}
+
+/// One kind of teardown's histograms (of one group, where exits are grouped).
+pub struct TeardownSeries {
+    pub kind: TeardownKind,
+    pub group: Option<String>,
+    pub buckets: TeardownBuckets,
 }
 
 pub struct GroupCounts {
@@ -52,6 +76,7 @@ impl Snapshot {
         losses: Losses,
         programs: Vec<ProgramCost>,
         read_errors: ReadErrors,
+        teardowns: &TeardownSnapshot,
     ) -> Self {
         let series = match groups {
             None => profile
@@ -75,12 +100,42 @@ impl Snapshot {
                 })
                 .collect(),
         };
+        let teardown_series = match groups {
+            None => teardowns
+                .kinds
+                .iter()
+                .map(|(kind, _, buckets)| TeardownSeries {
+                    kind: *kind,
+                    group: None,
+                    buckets: buckets.clone(),
+                })
+                .collect(),
+            Some(groups) => groups
+                .iter()
+                .flat_map(|(name, group)| {
+                    group.teardowns.iter().map(move |(kind, buckets)| TeardownSeries {
+                        kind: *kind,
+                        group: Some(name.to_owned()),
+                        buckets: buckets.clone(),
+                    })
+                })
+                .collect(),
+        };
         let groups = groups.map(|g| GroupCounts {
             kept: g.len(),
             overflowed: g.overflowed,
             expired: g.expired,
         });
-        Self { series, exits_recorded: profile.exits, losses, groups, programs, read_errors }
+        Self {
+            series,
+            exits_recorded: profile.exits,
+            losses,
+            groups,
+            programs,
+            read_errors,
+            teardown_counts: teardowns.kinds.iter().map(|(k, c, _)| (*k, *c)).collect(),
+            teardowns: teardown_series,
+        }
     }
 }
 
@@ -196,6 +251,7 @@ fn render_counters(out: &mut Writer, snapshot: &Snapshot, common: &[(&str, Strin
         }
     }
     render_programs(out, &snapshot.programs, common);
+    render_teardowns(out, snapshot, common);
     let read_errors = "exitprof_read_errors_total";
     out.family(
         read_errors,
@@ -215,6 +271,66 @@ fn render_counters(out: &mut Writer, snapshot: &Snapshot, common: &[(&str, Strin
         let rss = "process_resident_memory_bytes";
         out.family(rss, "gauge", "exitprof's resident memory, in bytes.");
         out.sample(rss, &[], &[], bytes);
+    }
+}
+
+/// A counter of each kind of teardown: its name, its help, and what it counts.
+type KindCounter = (&'static str, &'static str, fn(&TeardownCounts) -> u64);
+
+/// The namespace teardowns of each kind seen: their histograms, runs and joins.
+fn render_teardowns(out: &mut Writer, snapshot: &Snapshot, common: &[(&str, String)]) {
+    if snapshot.teardown_counts.is_empty() {
+        return;
+    }
+    let labels = |series: &TeardownSeries| {
+        let mut labels = vec![("kind", series.kind.proc_name().to_owned())];
+        labels.extend(series.group.clone().map(|group| ("group", group)));
+        labels.extend(common.iter().cloned());
+        labels
+    };
+    let teardown = "exitprof_namespace_teardown_seconds";
+    out.family(
+        teardown,
+        "histogram",
+        "Each namespace's share of the kworker run that tore it down (kind net: a cleanup_net \
+         run, its time divided equally among the namespaces it tore down; user: free_user_ns), \
+         of the namespaces joined to the exit that set their teardown off (by the group of that \
+         exit, where exits are grouped).",
+    );
+    for series in &snapshot.teardowns {
+        out.histogram(teardown, &labels(series), &series.buckets.teardown);
+    }
+    let wait = "exitprof_namespace_teardown_wait_seconds";
+    out.family(
+        wait,
+        "histogram",
+        "From the end of an exit to the start of the teardown of the namespace it left (0 where \
+         the teardown began first).",
+    );
+    for series in &snapshot.teardowns {
+        out.histogram(wait, &labels(series), &series.buckets.wait);
+    }
+    // What became of the teardowns that were not joined is in the table of counts, served
+    // above: teardowns_outlived and teardowns_without_exit, teardowns_not_seen.
+    let per_kind: [KindCounter; 2] = [
+        (
+            "exitprof_namespace_teardown_runs_total",
+            "Runs of the teardowns' work functions (cleanup_net, free_user_ns).",
+            |c| c.runs,
+        ),
+        (
+            "exitprof_namespace_teardowns_joined_total",
+            "Namespaces torn down that were joined to the exit that set their teardown off (the \
+             others are counted in exitprof_diagnostics_total: teardowns_outlived, \
+             teardowns_without_exit).",
+            |c| c.joined,
+        ),
+    ];
+    for (name, help, value) in per_kind {
+        out.family(name, "counter", help);
+        for (kind, counts) in &snapshot.teardown_counts {
+            out.sample(name, common, &[("kind", kind.proc_name())], value(counts));
+        }
     }
 }
 
@@ -286,6 +402,12 @@ mod tests {
                 run_ns: 1_500_000_250,
             })
             .into();
+        let mut teardown = TeardownBuckets::default();
+        for ns in [400_000_000, 12_000_000] {
+            teardown.teardown.record(ns);
+            teardown.wait.record(ns / 20);
+        }
+        let counts = TeardownCounts { runs: 2, joined: 2 };
         Snapshot {
             series,
             exits_recorded: 5,
@@ -293,6 +415,15 @@ mod tests {
             groups,
             programs,
             read_errors: ReadErrors::default(),
+            teardown_counts: vec![
+                (TeardownKind::Net, counts),
+                (TeardownKind::User, TeardownCounts::default()),
+            ],
+            teardowns: vec![TeardownSeries {
+                kind: TeardownKind::Net,
+                group: Some("other".to_owned()),
+                buckets: teardown,
+            }],
         }
     }
 
@@ -399,5 +530,13 @@ mod tests {
         }
         let rss = &exposition.families["process_resident_memory_bytes"];
         assert_eq!(rss.family_type, PrometheusType::Gauge);
+        // A teardown of 400 ms and one of 12 ms, joined, of each kind's.
+        let teardown = &exposition.families["exitprof_namespace_teardown_seconds"];
+        let sample = teardown.iter_samples().next().unwrap();
+        assert_eq!(sample.get_labelset().unwrap().get_label_value("kind"), Some("net"));
+        let PrometheusValue::Histogram(h) = &sample.value else { panic!("not a histogram") };
+        assert_eq!(h.count, Some(2));
+        assert_eq!(counter("exitprof_namespace_teardowns_joined").iter_samples().count(), 2);
+        assert_eq!(counter("exitprof_namespace_teardown_runs").iter_samples().count(), 2);
     }
 }

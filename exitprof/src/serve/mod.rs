@@ -25,7 +25,7 @@ use tokio::{net::TcpListener, sync::watch};
 
 use self::{
     collect::Ended,
-    metrics::{Labels, Snapshot},
+    metrics::{Labels, Snapshot, TeardownSnapshot},
     read_errors::ReadErrors,
 };
 use crate::{
@@ -120,6 +120,7 @@ async fn run(request: ServeRequest) -> anyhow::Result<()> {
         Losses::default(),
         Vec::new(),
         ReadErrors::default(),
+        &TeardownSnapshot::default(),
     );
     let (publish, snapshots) = watch::channel(Arc::new(empty));
     // Serve is one run, for as long as it serves.

@@ -558,3 +558,48 @@ fn serve_awaits_no_free() {
     served.signal(libc::SIGINT);
     assert!(served.finish().0.success());
 }
+
+/// serve joins network namespace teardowns to the exits that set them off, as a run does, and
+/// exports them per kind and per group: the killed process's namespace and the two killed
+/// during its teardown (see netns_teardown.c), their shares adding up to at least the time the
+/// kernel announced for the first.
+#[test]
+fn serve_exports_the_namespace_teardowns_of_each_group() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    // The program forks its namespaces' holders: every task of it has its name.
+    let served = Served::start(dir.path(), &["--comm", "netns_teardown", "--group-by", "comm"]);
+    let out = dir.path().join("teardown");
+    let status = Command::new(crate::support::c_program("netns_teardown"))
+        .args(["256", "2", out.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "netns_teardown failed: {status}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let announced_ns: f64 =
+        text.lines().find_map(|l| l.strip_prefix("teardown_ns=")).unwrap().parse().unwrap();
+    let series = r#"exitprof_namespace_teardown_seconds_count{kind="net",group="netns_teardown""#;
+    let started = Instant::now();
+    while served.get("/metrics", None).body.lines().all(|l| !l.starts_with(series))
+        || served.figure(series) < 3.0
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no three teardowns under netns_teardown's group within 60 s:\n{}",
+            served.get("/metrics", None).body
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(served.figure(series), 3.0);
+    let sum = served.figure(&series.replace("_count", "_sum"));
+    assert!(sum * 1e9 >= 0.8 * announced_ns, "{sum} s of teardowns, {announced_ns} ns announced");
+    let joined = r#"exitprof_namespace_teardowns_joined_total{kernel"#;
+    let body = served.get("/metrics", None).body;
+    assert!(
+        body.lines().any(|l| l.starts_with(joined) && l.ends_with(r#"kind="net"} 3"#)),
+        "{body}"
+    );
+    served.signal(libc::SIGINT);
+    let (status, stderr) = served.finish();
+    assert!(status.success(), "{stderr}");
+}

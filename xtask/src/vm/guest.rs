@@ -16,7 +16,11 @@ const MARKER: &str = "@@exitprof-vm";
 
 /// Busybox applets `/init` uses, linked into `/bin`.
 pub const APPLETS: &[&str] =
-    &["sh", "mount", "cat", "uname", "poweroff", "true", "base64", "wc", "ip"];
+    &["sh", "mount", "cat", "uname", "poweroff", "true", "base64", "wc", "ip", "insmod"];
+
+/// Where the guest finds the kernel's modules it loads (`veth`, for the network namespace
+/// tests).
+pub const MODULES: &str = "/lib/modules";
 
 /// The guest's `/init`: mounts what exitprof needs, runs every scenario, then the integration
 /// tests, writing the report to `report_tty`, and powers off.
@@ -63,6 +67,9 @@ tests() {{
   reported "$name" {TEST_BINARY} --test-threads=1 --nocapture "$@"
 }}
 report kernel "$(uname -r)"
+for module in {MODULES}/*.ko; do
+  insmod "$module" || report module-not-loaded "$module"
+done
 "#
     );
     for s in scenarios {

@@ -13,7 +13,7 @@ use anyhow::Context as _;
 
 use super::{
     cpio::Archive,
-    guest::{self, APPLETS},
+    guest::{self, APPLETS, MODULES},
     qemu::report_tty,
     scenarios::Scenario,
     suite::{GuestTests, PROGRAMS, StaticBuild, TEST_BINARY},
@@ -23,6 +23,7 @@ use crate::dist::require_static;
 /// Writes the initramfs to `path`.
 pub fn build(
     binaries: &StaticBuild,
+    modules: &[PathBuf],
     scenarios: &[Scenario],
     tests: &[GuestTests],
     path: &Path,
@@ -42,6 +43,11 @@ pub fn build(
 
     for (_, binary) in &files {
         require_static(binary, binaries.arch).context("the guest has no shared libraries")?;
+    }
+    // The kernel's modules, which `/init` loads.
+    for module in modules {
+        let name = module.file_name().context("a module file has a name")?;
+        files.push((format!("{MODULES}/{}", name.to_string_lossy()), module.clone()));
     }
 
     let mut dirs: BTreeSet<String> =

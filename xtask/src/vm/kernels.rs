@@ -1,7 +1,7 @@
 //! Debian's kernels for the VM tests: the newest package of each series, found in Debian's
 //! archive through a [private apt configuration](super::apt) (the machine's own sources need
-//! not list these suites), downloaded (never installed) and cached, as its extracted `vmlinuz`,
-//! outside the repository.
+//! not list these suites), downloaded (never installed) and cached, as its extracted `vmlinuz`
+//! and the few modules the guests load ([`MODULES`]), outside the repository.
 
 use std::{
     fmt, fs,
@@ -119,7 +119,13 @@ pub struct Kernel {
     /// Its `uname -r`, from the `vmlinuz`'s path in the package.
     pub release: String,
     pub vmlinuz: PathBuf,
+    /// The modules the guest loads ([`MODULES`]), uncompressed.
+    pub modules: Vec<PathBuf>,
 }
+
+/// Modules the guests load, built as modules by Debian's kernels: `veth`, for the network
+/// namespaces full of devices whose teardowns the tests time (it depends on no other module).
+pub const MODULES: &[&str] = &["veth"];
 
 impl Kernel {
     /// What the guest boots, for the run's output: series, suite and exact packages.
@@ -241,7 +247,76 @@ fn cached(apt: &Apt, arch: Arch, series: Series, resolved: Resolved) -> anyhow::
         .and_then(|n| n.strip_prefix("vmlinuz-"))
         .context("a cached kernel is named vmlinuz-<release>")?
         .to_owned();
-    Ok(Kernel { arch, series, image, binary, suite, release, vmlinuz })
+    // Up to 6.12 the image package holds the modules; later ones are in linux-modules-<release>.
+    let modules_package = if binary == image {
+        image.clone()
+    } else {
+        Pinned {
+            package: format!("linux-modules-{}", image.package.trim_start_matches("linux-image-")),
+            version: binary.version.clone(),
+        }
+    };
+    let modules = cached_modules(apt, &modules_package, &dir.join("modules"))?;
+    Ok(Kernel { arch, series, image, binary, suite, release, vmlinuz, modules })
+}
+
+/// The [`MODULES`] of `package` from the cache (`dir`), downloading it first if needed; each
+/// kept uncompressed (Debian compresses them with xz or zstd), for busybox's `insmod`.
+fn cached_modules(apt: &Apt, package: &Pinned, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let wanted = || MODULES.iter().map(|m| dir.join(format!("{m}.ko")));
+    if wanted().all(|path| path.is_file()) {
+        return Ok(wanted().collect());
+    }
+    eprintln!(
+        "vm: downloading {package} for the modules {} into {}",
+        MODULES.join(", "),
+        dir.display()
+    );
+    let work = dir.join("partial");
+    let _ = fs::remove_dir_all(&work);
+    fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    let deb = apt.download(&package.package, &package.version, &work)?;
+    let listing = fsys_tar(&deb, &work, &["-t"])?;
+    for module in MODULES {
+        let member = module_member(&listing, module)
+            .with_context(|| format!("{package} has no module {module}"))?;
+        fsys_tar(&deb, &work, &["-x", member])?;
+        let extracted = work.join(member);
+        let path = dir.join(format!("{module}.ko"));
+        let decompress = match member.rsplit('.').next() {
+            Some("xz") => Some("xz"),
+            Some("zst") => Some("zstd"),
+            _ => None,
+        };
+        match decompress {
+            Some(tool) => {
+                let out = Command::new(tool)
+                    .args(["-d", "-c"])
+                    .arg(&extracted)
+                    .output()
+                    .with_context(|| format!("starting {tool} (package xz-utils or zstd)"))?;
+                if !out.status.success() {
+                    bail!("{tool} -d {} failed: {}", extracted.display(), out.status);
+                }
+                fs::write(&path, out.stdout)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            None => fs::rename(&extracted, &path)
+                .with_context(|| format!("moving {}", extracted.display()))?,
+        }
+    }
+    fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
+    Ok(wanted().collect())
+}
+
+/// In a package's file list, the module `name` (`.../kernel/drivers/net/veth.ko`, maybe
+/// compressed: `.ko.xz`, `.ko.zst`).
+fn module_member<'a>(listing: &'a str, name: &str) -> Option<&'a str> {
+    listing.lines().map(str::trim).find(|member| {
+        let file = member.rsplit('/').next().unwrap_or_default();
+        member.contains("/modules/")
+            && [".ko", ".ko.xz", ".ko.zst"].iter().any(|ext| file == format!("{name}{ext}"))
+    })
 }
 
 /// The `vmlinuz-*` in `dir`, if it is there.
@@ -339,6 +414,19 @@ mod tests {
             Some(("./usr/lib/modules/7.3.4+deb13-amd64/vmlinuz", "7.3.4+deb13-amd64"))
         );
         assert_eq!(vmlinuz_member("./\n./usr/share/doc/linux-image-amd64\n"), None);
+    }
+
+    #[test]
+    fn modules_are_found_compressed_or_not() {
+        let listing = "./lib/modules/6.1.0-57-amd64/kernel/drivers/net/vethx.ko\n\
+                       ./lib/modules/6.1.0-57-amd64/kernel/drivers/net/veth.ko\n";
+        assert_eq!(
+            module_member(listing, "veth"),
+            Some("./lib/modules/6.1.0-57-amd64/kernel/drivers/net/veth.ko")
+        );
+        let split = "./usr/lib/modules/7.3.4+deb13-amd64/kernel/drivers/net/veth.ko.xz\n";
+        assert_eq!(module_member(split, "veth"), Some(split.trim()));
+        assert_eq!(module_member("./boot/veth.ko\n", "veth"), None);
     }
 
     #[test]

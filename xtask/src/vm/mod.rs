@@ -209,8 +209,14 @@ pub fn vm_test(args: &VmTestArgs) -> anyhow::Result<()> {
     let mut initramfs = Vec::new();
     for guest in &guests {
         let path = target.join(&guest.kernel.binary.package).join("initramfs.cpio");
-        initramfs::build(build_of(guest.kernel.arch), &guest.scenarios, &guest.tests, &path)
-            .context("building the guest's initramfs")?;
+        initramfs::build(
+            build_of(guest.kernel.arch),
+            &guest.kernel.modules,
+            &guest.scenarios,
+            &guest.tests,
+            &path,
+        )
+        .context("building the guest's initramfs")?;
         initramfs.push(path);
     }
     // The records are read on this machine, by its own exitprof.
