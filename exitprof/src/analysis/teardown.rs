@@ -711,6 +711,7 @@ impl Teardowns {
         let mut teardown = Latency::default();
         let mut wait = Latency::default();
         let mut done = Latency::default();
+        let mut waits = Latency::default();
         let mut started_before_exit_end = 0;
         for j in &joined {
             let t = &j.torn;
@@ -719,11 +720,13 @@ impl Teardowns {
                 Some(w) => wait.record(w, 0),
                 None => started_before_exit_end += 1,
             }
+            waits.record(j.wait_ns().unwrap_or(0), 0);
             done.record(t.done_ns().saturating_sub(j.exit.end_ns), 0);
         }
         let where_ = self.where_(kind, symbols);
         let mut named: Vec<&Joined> = joined.clone();
         named.sort_by(|a, b| b.torn.share_ns.cmp(&a.torn.share_ns));
+        let teardown_latency = teardown.clone();
         let teardown = teardown.summary();
         let share = |part: u128| {
             if teardown.total_ns == 0 { 0.0 } else { part as f64 / teardown.total_ns as f64 }
@@ -731,6 +734,9 @@ impl Teardowns {
         let blocked = teardown.off_cpu_ns.saturating_sub(teardown.runq_ns);
         TeardownReport {
             kind: kind.what(),
+            kind_key: kind.proc_name(),
+            teardown_latency,
+            wait_latency: waits,
             function: kind.function(),
             seen: self.sees(kind),
             runs: counts.runs,
@@ -896,6 +902,9 @@ impl TeardownReports {
 pub struct TeardownReport {
     /// `network namespace`, `user namespace`.
     pub kind: &'static str,
+    /// `net`, `user`: how `/proc/PID/ns` names it.
+    #[serde(skip)]
+    pub kind_key: &'static str,
     /// The work function its runs are.
     pub function: &'static str,
     /// Whether its runs were seen at all (their probes attached).
@@ -939,6 +948,12 @@ pub struct TeardownReport {
     pub computes_mostly_in: Option<HotPath>,
     /// The joined namespaces whose share took longest.
     pub slowest: Vec<NamedTeardown>,
+    /// The histograms of `teardown_ns` and `exit_to_start_ns` (a teardown that began before its
+    /// exit's end waited 0 here), for the exports.
+    #[serde(skip)]
+    pub teardown_latency: Latency,
+    #[serde(skip)]
+    pub wait_latency: Latency,
 }
 
 impl TeardownReport {

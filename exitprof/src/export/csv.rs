@@ -11,7 +11,7 @@ pub fn encode(set: &ExportSet) -> Result<Vec<u8>, EncodeError> {
     let mut w = ::csv::Writer::from_writer(Vec::new());
     w.write_record(TAG_NAMES.iter().chain(&VALUE_COLUMNS))?;
     let partial = set.partial.to_string();
-    for series in &set.series {
+    for series in set.series.iter().chain(&set.teardowns) {
         let tags = series.tags().map(|(_, value)| value);
         for p in series.percentiles() {
             let values = [

@@ -55,6 +55,7 @@ impl ExportSet {
             partial: outcome.interrupted.is_some(),
             runs,
             series,
+            teardowns: Vec::new(),
             document: document.to_owned(),
             stacks,
             verdict: None,

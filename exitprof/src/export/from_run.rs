@@ -46,6 +46,19 @@ impl ExportSet {
                 Some(series_of(Some(name), "exit", group.exit.as_ref()?))
             }))
             .collect();
+        let teardowns = run
+            .teardowns
+            .each()
+            .into_iter()
+            .filter(|t| t.joined > 0)
+            .flat_map(|t| {
+                let kind = t.kind_key;
+                [
+                    series_of(None, &format!("teardown:{kind}"), &t.teardown_latency),
+                    series_of(None, &format!("teardown-wait:{kind}"), &t.wait_latency),
+                ]
+            })
+            .collect();
         Self {
             compared: None,
             kernel: doc.kernel.clone(),
@@ -56,6 +69,7 @@ impl ExportSet {
             partial: doc.partial,
             runs: vec![stats],
             series,
+            teardowns,
             document,
             stacks: weighted_stacks(&run.on_cpu, &run.blocked, &variant),
             verdict: Some(doc.verdict.clone()),

@@ -40,7 +40,7 @@ pub fn encode(set: &ExportSet) -> Result<Vec<u8>, EncodeError> {
     let mut log = IntervalLogWriterBuilder::new()
         .with_max_value_divisor(MAX_VALUE_DIVISOR)
         .begin_log_with(&mut out, &mut serializer)?;
-    for series in &set.series {
+    for series in set.series.iter().chain(&set.teardowns) {
         let tag = tag(series);
         // Every run's interval starts at the base time and lasts as long as its storm.
         let length = set.run(&series.variant).map_or(Duration::ZERO, |r| r.elapsed);

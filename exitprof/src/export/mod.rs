@@ -227,6 +227,10 @@ pub struct ExportSet {
     pub runs: Vec<RunStats>,
     /// Per variant, the whole exit (stage `exit`) first, then each stage in kernel order.
     pub series: Vec<Series>,
+    /// The namespace teardowns the exits set off, per kind joined: stage `teardown:<kind>`,
+    /// each namespace's share of its kworker's run, and `teardown-wait:<kind>`, from its exit's
+    /// end to the run's start (`net`, `user`).
+    pub teardowns: Vec<Series>,
     /// The producing command's `--json` document (histogram buckets included), which the JSON
     /// export writes as is.
     pub document: String,
@@ -484,6 +488,7 @@ pub(crate) mod tests {
             partial: false,
             runs,
             series,
+            teardowns: Vec::new(),
             document: "{\"hand_built\": true}".to_owned(),
             stacks: Vec::new(),
             verdict: None,

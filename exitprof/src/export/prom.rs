@@ -89,6 +89,25 @@ const RUN_METRICS: [RunMetric; 6] = [
     },
 ];
 
+/// The histograms of namespace teardowns, as the `.prom` export and `serve` have them: name,
+/// and help.
+pub const TEARDOWN: (&str, &str) = (
+    "exitprof_namespace_teardown_seconds",
+    "Each namespace's share of the kworker run that tore it down (kind net: a cleanup_net run, \
+     its time divided equally among the namespaces it tore down; user: free_user_ns), of the \
+     namespaces joined to the exit that set their teardown off.",
+);
+pub const TEARDOWN_WAIT: (&str, &str) = (
+    "exitprof_namespace_teardown_wait_seconds",
+    "From the end of an exit to the start of the teardown of the namespace it left (0 where the \
+     teardown began first).",
+);
+
+/// The families of the teardown series (`ExportSet::teardowns`), each with the series' stage
+/// prefix (the kind follows it).
+const TEARDOWN_FAMILIES: [((&str, &str), &str); 2] =
+    [(TEARDOWN, "teardown:"), (TEARDOWN_WAIT, "teardown-wait:")];
+
 /// Losses by cause (`exitprof_common::counters`): the `cause` label.
 pub const LOSSES: &str = "exitprof_losses_total";
 /// Diagnostics (`exitprof_common::counters`), not losses: the `counter` label.
@@ -124,6 +143,21 @@ pub fn encode(set: &ExportSet) -> Vec<u8> {
     for series in &set.series {
         let buckets = FixedBuckets::of(&series.hist, series.sum_ns);
         out.histogram(LATENCY, &series_labels(set, series), &buckets);
+    }
+
+    for ((name, help), prefix) in TEARDOWN_FAMILIES {
+        let series: Vec<&Series> =
+            set.teardowns.iter().filter(|s| s.stage.starts_with(prefix)).collect();
+        if series.is_empty() {
+            continue;
+        }
+        out.family(name, "histogram", help);
+        for s in series {
+            let buckets = FixedBuckets::of(&s.hist, s.sum_ns);
+            let mut labels = vec![("kind", s.stage[prefix.len()..].to_owned())];
+            labels.extend(run_labels(set, &s.variant));
+            out.histogram(name, &labels, &buckets);
+        }
     }
 
     for m in RUN_METRICS {

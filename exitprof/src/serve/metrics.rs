@@ -13,7 +13,8 @@ use crate::{
         teardown::{TeardownBuckets, TeardownCounts, TeardownKind},
     },
     export::prom::{
-        DIAGNOSTICS, LATENCY, LOSSES, TextFormat, Writer, diagnostics_help, losses_help, seconds,
+        DIAGNOSTICS, LATENCY, LOSSES, TEARDOWN, TEARDOWN_WAIT, TextFormat, Writer,
+        diagnostics_help, losses_help, seconds,
     },
     groups::Groups,
     probes::load::ProgramCost,
@@ -288,25 +289,14 @@ fn render_teardowns(out: &mut Writer, snapshot: &Snapshot, common: &[(&str, Stri
         labels.extend(common.iter().cloned());
         labels
     };
-    let teardown = "exitprof_namespace_teardown_seconds";
-    out.family(
-        teardown,
-        "histogram",
-        "Each namespace's share of the kworker run that tore it down (kind net: a cleanup_net \
-         run, its time divided equally among the namespaces it tore down; user: free_user_ns), \
-         of the namespaces joined to the exit that set their teardown off (by the group of that \
-         exit, where exits are grouped).",
-    );
+    // Where exits are grouped, by the group of the exit that set each teardown off.
+    let (teardown, help) = TEARDOWN;
+    out.family(teardown, "histogram", help);
     for series in &snapshot.teardowns {
         out.histogram(teardown, &labels(series), &series.buckets.teardown);
     }
-    let wait = "exitprof_namespace_teardown_wait_seconds";
-    out.family(
-        wait,
-        "histogram",
-        "From the end of an exit to the start of the teardown of the namespace it left (0 where \
-         the teardown began first).",
-    );
+    let (wait, help) = TEARDOWN_WAIT;
+    out.family(wait, "histogram", help);
     for series in &snapshot.teardowns {
         out.histogram(wait, &labels(series), &series.buckets.wait);
     }
