@@ -122,6 +122,33 @@ fn a_report_of_a_record_is_what_its_run_printed_and_exported() {
     assert!(text.contains("400 recorded of 400 expected"), "{text}");
 }
 
+/// A netns storm's record reports its namespace teardowns as the run did: their joins, shares
+/// and the stacks of their kworker (named from the symbols the file keeps), in the document and
+/// in the exports.
+#[test]
+fn a_record_keeps_the_namespace_teardowns() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("netns.rec");
+    let export = |prefix: &str| format!("{}/{prefix}.prom", path_str(dir.path()));
+    let (live_prom, reported_prom) = (export("live"), export("reported"));
+    let args = ["record", "-o", path_str(&file), "--workload", "netns", "--count", "4"];
+    let mut live_args = args.to_vec();
+    live_args.extend(["--veth-pairs", "32", "--export", &live_prom]);
+    let live = run_json(&live_args);
+    let joined = &live["teardowns"]["net"]["joined"];
+    assert_eq!(joined, 4, "{:#}", live["teardowns"]);
+    // The exits' network and user namespaces, and those torn down, are numbers.
+    let addresses = kernel_words(&file);
+    assert!(addresses.is_empty(), "{} kernel addresses in the record", addresses.len());
+    let reported = run_json(&["report", path_str(&file), "--export", &reported_prom]);
+    assert_eq!(reported, live, "the report of the record is not the document the run printed");
+    assert_eq!(fs::read(&live_prom).unwrap(), fs::read(&reported_prom).unwrap());
+    assert!(
+        fs::read_to_string(&live_prom).unwrap().contains("exitprof_namespace_teardown_seconds")
+    );
+}
+
 #[test]
 fn a_run_cut_short_by_sigint_records_a_partial_run() {
     require_root();
