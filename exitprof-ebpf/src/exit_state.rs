@@ -262,7 +262,7 @@ fn start(task: Task, state: &mut ExitState, late: bool) {
 /// `sched_switch` showed its return, and its interval closes now, late.
 #[inline(always)]
 fn returned_unseen(state: &mut ExitState, now: u64) {
-    if state.off.off_since_ns != 0 {
+    if state.off.since_ns != 0 {
         count(counters::UNSEEN_RETURN);
         state.off.back(now);
     }
@@ -272,7 +272,7 @@ fn returned_unseen(state: &mut ExitState, now: u64) {
 /// slots loses the hits in between, is flagged truncated, and still ends where the exit ended.
 #[inline(always)]
 fn push_hit(state: &mut ExitState, point: u8, now: u64) {
-    let (off_cpu_ns, runq_ns) = (state.off.off_cpu_ns, state.off.runq_ns);
+    let (off_cpu_ns, runq_ns) = (state.off.total_ns, state.off.runq_ns);
     let record = &mut state.record;
     let i = record.n_hits as usize;
     let last = point == marker_code(Marker::FinalSwitch);

@@ -131,9 +131,9 @@ pub fn sched_switch_floor(_ctx: BtfTracePointContext) -> i32 {
 #[derive(Clone, Copy)]
 pub struct OffCpu {
     /// When the task last switched out (0 while it is on a CPU).
-    pub off_since_ns: u64,
+    pub since_ns: u64,
     /// Off-CPU time so far, and the part of it spent runnable.
-    pub off_cpu_ns: u64,
+    pub total_ns: u64,
     pub runq_ns: u64,
     /// Non-zero while the task is switched out runnable (preempted): it waits for a CPU, not
     /// for an event.
@@ -161,8 +161,8 @@ impl OffCpu {
     /// Nothing spent off a CPU yet.
     #[inline(always)]
     pub fn reset(&mut self) {
-        self.off_since_ns = 0;
-        self.off_cpu_ns = 0;
+        self.since_ns = 0;
+        self.total_ns = 0;
         self.runq_ns = 0;
         self.runnable = 0;
         self.block.stack_len = 0;
@@ -181,7 +181,7 @@ impl OffCpu {
         now: u64,
         owner: StackOwner,
     ) -> bool {
-        self.off_since_ns = now;
+        self.since_ns = now;
         self.block.stack_len = 0;
         // Preempted (even after setting a sleeping state, as the kernel's `preempt` says), it
         // waits for a CPU, not for an event: no stack to take.
@@ -223,15 +223,15 @@ impl OffCpu {
     /// where it waited, not only the longest.
     #[inline(always)]
     pub fn back(&mut self, now: u64) {
-        if self.off_since_ns == 0 {
+        if self.since_ns == 0 {
             return;
         }
         // The interval may have opened on another CPU, whose clock can read a little ahead of
         // this one's (bpf_ktime_get_ns is the NMI-safe fast clock): behind, it is an instant,
         // not 2^64 ns.
-        let off = now.saturating_sub(self.off_since_ns);
-        self.off_cpu_ns += off;
-        self.off_since_ns = 0;
+        let off = now.saturating_sub(self.since_ns);
+        self.total_ns += off;
+        self.since_ns = 0;
         if self.runnable != 0 {
             self.runq_ns += off;
             self.runnable = 0;

@@ -115,7 +115,7 @@ fn open_run(kind: DeferredKind, object: u64, inum: u32) {
     let pid = current_pid();
     // SAFETY: the value is only looked at.
     let replaced = unsafe { TEARDOWN_RUNS.get(pid) }.is_some();
-    if TEARDOWN_RUNS.insert(pid, &*run, 0).is_err() {
+    if TEARDOWN_RUNS.insert(pid, run, 0).is_err() {
         count(counters::DEFERRED_STATE_FULL);
         return;
     }
@@ -141,7 +141,7 @@ fn close_run() {
         start_ns: run.start_ns,
         end_ns: now,
         object: run.object,
-        wait_ns: run.off.off_cpu_ns,
+        wait_ns: run.off.total_ns,
         runq_ns: run.off.runq_ns,
         inum: run.inum,
         count: run.count,

@@ -234,7 +234,8 @@ struct Run {
     kind: Option<TeardownKind>,
     /// Set once its own record (sent at its end) came.
     complete: bool,
-    run_ns: u64,
+    /// Its duration.
+    took_ns: u64,
     off_cpu_ns: u64,
     runq_ns: u64,
     /// The namespaces it tore down, as the kernel side counted them and as their records came.
@@ -269,10 +270,10 @@ impl Run {
             run_pid: key.pid,
             inum,
             run_start_ns: key.start_ns,
-            run_ns: self.run_ns,
+            run_ns: self.took_ns,
             batch,
-            share_ns: share(self.run_ns),
-            on_cpu_ns: share(self.run_ns.saturating_sub(self.off_cpu_ns)),
+            share_ns: share(self.took_ns),
+            on_cpu_ns: share(self.took_ns.saturating_sub(self.off_cpu_ns)),
             blocked_ns: share(blocked),
             runq_ns: share(self.runq_ns),
         }
@@ -444,8 +445,8 @@ impl Teardowns {
             return;
         }
         run.complete = true;
-        run.run_ns = r.end_ns.saturating_sub(r.start_ns);
-        run.off_cpu_ns = r.wait_ns.min(run.run_ns);
+        run.took_ns = r.end_ns.saturating_sub(r.start_ns);
+        run.off_cpu_ns = r.wait_ns.min(run.took_ns);
         run.runq_ns = r.runq_ns.min(run.off_cpu_ns);
         run.declared = r.count;
         if kind == TeardownKind::User {
@@ -457,14 +458,14 @@ impl Teardowns {
         counts.last_run_start_ns = counts.last_run_start_ns.max(key.start_ns);
         counts.namespaces += u64::from(run.batch());
         counts.max_batch = counts.max_batch.max(u64::from(run.batch()));
-        counts.run_ns.record_waits(run.run_ns, run.off_cpu_ns, run.runq_ns);
+        counts.run_ns.record_waits(run.took_ns, run.off_cpu_ns, run.runq_ns);
         if r.flags & DEFERRED_WALK_TRUNCATED != 0 {
             counts.walks_truncated += 1;
         }
         let torn: Vec<TornDown> =
             (0..run.namespaces.len()).map(|i| run.torn(kind, key, i)).collect();
         self.complete.push_back(key);
-        self.run_ends[kind.index()].insert(key.start_ns, key.start_ns + run.run_ns);
+        self.run_ends[kind.index()].insert(key.start_ns, key.start_ns + run.took_ns);
         for torn in torn {
             if !self.try_join(torn, false) {
                 self.waiting[kind.index()].entry(torn.address).or_default().push(torn);
@@ -725,7 +726,7 @@ impl Teardowns {
         }
         let where_ = self.where_(kind, symbols);
         let mut named: Vec<&Joined> = joined.clone();
-        named.sort_by(|a, b| b.torn.share_ns.cmp(&a.torn.share_ns));
+        named.sort_by_key(|j| std::cmp::Reverse(j.torn.share_ns));
         let teardown_latency = teardown.clone();
         let teardown = teardown.summary();
         let share = |part: u128| {
@@ -761,10 +762,10 @@ impl Teardowns {
             outlived: counts.outlived,
             outlived_by_ns: counts.outlived_by.summary(),
             not_seen: counts.not_seen,
-            blocked_in: where_.blocked_in,
-            on_cpu_in: where_.on_cpu_in,
-            computes_mostly_in: where_.mostly_in,
-            slowest: named.into_iter().take(NAMED).map(|j| NamedTeardown::of(j)).collect(),
+            blocked_in: where_.blocks,
+            on_cpu_in: where_.samples,
+            computes_mostly_in: where_.hot_path,
+            slowest: named.into_iter().take(NAMED).map(NamedTeardown::of).collect(),
         }
     }
 
@@ -784,9 +785,9 @@ impl Teardowns {
             if weight == 0.0 {
                 continue;
             }
-            teardown_ns += weight * run.run_ns as f64;
+            teardown_ns += weight * run.took_ns as f64;
             blocked_ns += weight * run.off_cpu_ns.saturating_sub(run.runq_ns) as f64;
-            on_cpu_ns += weight * run.run_ns.saturating_sub(run.off_cpu_ns) as f64;
+            on_cpu_ns += weight * run.took_ns.saturating_sub(run.off_cpu_ns) as f64;
             for (&(stack_kind, id), tally) in &run.stacks {
                 let stack = &self.stacks[id as usize];
                 match stack_kind {
@@ -839,15 +840,15 @@ impl Teardowns {
             computes.iter().map(|c| (c.stack.as_slice(), c.samples)).collect();
         let mostly_in = heaviest_chain(&weighed, function);
         computes.truncate(STACKS_LISTED);
-        Where { blocked_in: blocks, on_cpu_in: computes, mostly_in }
+        Where { blocks, samples: computes, hot_path: mostly_in }
     }
 }
 
 /// Where a kind of teardown spent its time.
 struct Where {
-    blocked_in: Vec<TeardownBlock>,
-    on_cpu_in: Vec<TeardownSample>,
-    mostly_in: Option<HotPath>,
+    blocks: Vec<TeardownBlock>,
+    samples: Vec<TeardownSample>,
+    hot_path: Option<HotPath>,
 }
 
 /// What a block waited for: the first frame, innermost first, that is not the scheduler's or a

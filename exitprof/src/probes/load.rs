@@ -29,7 +29,7 @@ use crate::{
         KernelFacts,
         bpf_memory::{BpfMemory, MemlockLimit},
         bpf_object::BpfObject,
-        btf::LoaderType,
+        btf::{KernelLayout, LoaderType},
     },
     probes::{
         ProbeOptions, kprobe_events,
@@ -309,11 +309,7 @@ fn load_object(
         .layout
         .as_ref()
         .map_err(|why| failed(anyhow::anyhow!("exitprof needs the kernel's BTF: {why}")))?;
-    let free_ipc = facts.kallsyms.address("free_ipc").unwrap_or(0);
-    let cleanup_net = facts.kallsyms.address("cleanup_net").unwrap_or(0);
-    let free_user_ns = facts.kallsyms.address("free_user_ns").unwrap_or(0);
-    let work_timed = plan.work_timed();
-    let ns = &layout.namespaces;
+    let work = WorkGlobals::new(plan, facts);
     let (pidns_dev, pidns_ino) = pid_namespace().map_err(failed)?;
     let compat = object.is_compat();
     ensure_compat_can_follow(compat, pidns_ino).map_err(failed)?;
@@ -334,7 +330,9 @@ fn load_object(
         })
     };
     let failed = |e| Loading::Failed(explain(e));
-    let loaded = EbpfLoader::new()
+    let mut loader = EbpfLoader::new();
+    work.set(&mut loader, layout);
+    let loaded = loader
         .btf(Some(btf))
         // Task storage, which aya loads without a typed wrapper of its own.
         .allow_unsupported_maps()
@@ -364,8 +362,6 @@ fn load_object(
         .override_global(globals::TASK_COMM_OFFSET, &layout.task_comm, true)
         .override_global(globals::TASK_NSPROXY_OFFSET, &layout.task_nsproxy, true)
         .override_global(globals::NSPROXY_IPC_NS_OFFSET, &layout.nsproxy_ipc_ns, true)
-        .override_global(globals::WORK_FUNC_OFFSET, &layout.work_func, true)
-        .override_global(globals::FREE_IPC_ADDR, &free_ipc, true)
         .override_global(globals::CGROUP_ROOT_OFFSET, &layout.cgroup_root, true)
         .override_global(
             globals::CGROUP_ROOT_HIERARCHY_ID_OFFSET,
@@ -374,18 +370,6 @@ fn load_object(
         )
         .override_global(globals::CGROUP_KN_OFFSET, &layout.cgroup_kn, true)
         .override_global(globals::KERNFS_NODE_ID_OFFSET, &layout.kernfs_node_id, true)
-        .override_global(globals::CLEANUP_NET_ADDR, &cleanup_net, true)
-        .override_global(globals::FREE_USER_NS_ADDR, &free_user_ns, true)
-        .override_global(globals::WORK_TIMED, &work_timed, true)
-        .override_global(globals::NSPROXY_NET_NS_OFFSET, &ns.nsproxy_net_ns, true)
-        .override_global(globals::TASK_REAL_CRED_OFFSET, &ns.task_real_cred, true)
-        .override_global(globals::CRED_USER_NS_OFFSET, &ns.cred_user_ns, true)
-        .override_global(globals::NET_LIST_OFFSET, &ns.net_list, true)
-        .override_global(globals::NET_REFS_OFFSET, &ns.net_refs, true)
-        .override_global(globals::NET_INUM_OFFSET, &ns.net_inum, true)
-        .override_global(globals::NET_EXIT_LIST_OFFSET, &ns.net_exit_list, true)
-        .override_global(globals::USER_NS_WORK_OFFSET, &ns.user_ns_work, true)
-        .override_global(globals::USER_NS_INUM_OFFSET, &ns.user_ns_inum, true)
         // The compat object's own settings.
         .override_global(compat_globals::TASK_STATE_OFFSET, &layout.task_state, compat)
         .override_global(
@@ -560,6 +544,47 @@ fn load_program(
         },
     };
     loaded.map_err(|e| Loading::of_program(e, program))
+}
+
+/// What the programs of deferred work in kworkers need: the addresses of the work functions
+/// (kallsyms), and which of them the workqueue tracepoints time.
+struct WorkGlobals {
+    free_ipc: u64,
+    cleanup_net: u64,
+    free_user_ns: u64,
+    work_timed: u32,
+}
+
+impl WorkGlobals {
+    fn new(plan: &Plan, facts: &KernelFacts) -> Self {
+        let address = |name| facts.kallsyms.address(name).unwrap_or(0);
+        Self {
+            free_ipc: address("free_ipc"),
+            cleanup_net: address("cleanup_net"),
+            free_user_ns: address("free_user_ns"),
+            work_timed: plan.work_timed(),
+        }
+    }
+
+    /// Sets them, and the offsets of the structures they read (`layout`), in `loader`.
+    fn set<'a>(&'a self, loader: &mut EbpfLoader<'a>, layout: &'a KernelLayout) {
+        let ns = &layout.namespaces;
+        loader
+            .override_global(globals::WORK_FUNC_OFFSET, &layout.work_func, true)
+            .override_global(globals::FREE_IPC_ADDR, &self.free_ipc, true)
+            .override_global(globals::CLEANUP_NET_ADDR, &self.cleanup_net, true)
+            .override_global(globals::FREE_USER_NS_ADDR, &self.free_user_ns, true)
+            .override_global(globals::WORK_TIMED, &self.work_timed, true)
+            .override_global(globals::NSPROXY_NET_NS_OFFSET, &ns.nsproxy_net_ns, true)
+            .override_global(globals::TASK_REAL_CRED_OFFSET, &ns.task_real_cred, true)
+            .override_global(globals::CRED_USER_NS_OFFSET, &ns.cred_user_ns, true)
+            .override_global(globals::NET_LIST_OFFSET, &ns.net_list, true)
+            .override_global(globals::NET_REFS_OFFSET, &ns.net_refs, true)
+            .override_global(globals::NET_INUM_OFFSET, &ns.net_inum, true)
+            .override_global(globals::NET_EXIT_LIST_OFFSET, &ns.net_exit_list, true)
+            .override_global(globals::USER_NS_WORK_OFFSET, &ns.user_ns_work, true)
+            .override_global(globals::USER_NS_INUM_OFFSET, &ns.user_ns_inum, true);
+    }
 }
 
 /// The deferred-work ring buffer: records of 80 bytes, a few per exit at most (reaps, one free

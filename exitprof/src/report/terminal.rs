@@ -315,7 +315,7 @@ fn deferred_table(d: &DeferredReport, t: &TeardownReports) -> String {
         .figures_right();
     for (name, s) in rows.into_iter().filter(|(_, s)| s.count > 0) {
         table.add_row([
-            name.to_owned(),
+            name,
             s.count.to_string(),
             fmt_ns(s.mean_ns),
             fmt_ns(s.p50_ns as f64),

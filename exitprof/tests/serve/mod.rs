@@ -593,7 +593,7 @@ fn serve_exports_the_namespace_teardowns_of_each_group() {
     assert_eq!(served.figure(series), 3.0);
     let sum = served.figure(&series.replace("_count", "_sum"));
     assert!(sum * 1e9 >= 0.8 * announced_ns, "{sum} s of teardowns, {announced_ns} ns announced");
-    let joined = r#"exitprof_namespace_teardowns_joined_total{kernel"#;
+    let joined = r"exitprof_namespace_teardowns_joined_total{kernel";
     let body = served.get("/metrics", None).body;
     assert!(
         body.lines().any(|l| l.starts_with(joined) && l.ends_with(r#"kind="net"} 3"#)),
