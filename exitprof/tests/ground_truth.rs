@@ -596,3 +596,27 @@ fn teardowns_that_are_not_an_exit_s_are_counted_apart() {
     let outlived_by = num(&net["outlived_by_ns"], "max_ns");
     assert!(outlived_by >= 0.9 * by.min(300e6), "outlived by {outlived_by} ns: {net:#}");
 }
+
+/// A process that exits in a user namespace of its own: the namespace's teardown in
+/// `free_user_ns` (after its credentials' RCU-deferred free) is joined to that exit, and named.
+#[test]
+fn a_user_namespace_s_teardown_is_joined_to_its_last_exit() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("userns");
+    // Its teardown comes an RCU grace period and a kworker's wake-up after the child is reaped:
+    // some 20 ms here; the program waits a second, for emulated guests.
+    let doc = profile("userns_exit", &["1000", out.to_str().unwrap()]);
+    let user = &doc["teardowns"]["user"];
+    assert_eq!(user["seen"], true, "free_user_ns's runs are not seen: {}", doc["unavailable"]);
+    let name = format!("user:[{}]", measured_text(&out, "inum"));
+    let torn = user["slowest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["namespace"] == name.as_str())
+        .unwrap_or_else(|| panic!("{name} is not among the teardowns joined: {user:#}"));
+    assert_eq!(torn["pid"].to_string(), measured_text(&out, "pid"), "{torn}");
+    assert_eq!(torn["batch"], 1, "{torn}");
+    assert!(num(torn, "teardown_ns") > 0.0, "{torn}");
+}
