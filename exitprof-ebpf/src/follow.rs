@@ -9,8 +9,6 @@ use aya_ebpf::{
     maps::{Array, HashMap},
     programs::BtfTracePointContext,
 };
-#[cfg(not(feature = "compat"))]
-use aya_ebpf::{cty::c_void, helpers::generated::bpf_loop};
 use exitprof_common::{
     counters,
     sizes::COMM_LEN,
@@ -19,7 +17,7 @@ use exitprof_common::{
 
 use crate::{
     helpers::{
-        EEXIST, exec_thread_pid, group_leader, group_live, real_parent, signal_of, task_comm,
+        self, EEXIST, exec_thread_pid, group_leader, group_live, real_parent, signal_of, task_comm,
         task_pid_tgid,
     },
     maps::{TARGET_COMM, TRACE_ALL, add, count},
@@ -90,33 +88,9 @@ fn follow_of(task: Task) -> (u32, bool) {
     // Most exits have their answer one generation up (a storm's threads in their process's mark,
     // forked children in their parent's): that one is looked at without the loop's call.
     if !step(&mut walk) {
-        walk_up(&mut walk);
+        helpers::walk(ANCESTRY_DEPTH, &mut walk);
     }
     (walk.follow, walk.done != 0)
-}
-
-/// The walk is a `bpf_loop` of one generation a step, not an unrolled loop: the verifier checks
-/// the step until its states converge (a couple of times), where it checked every generation of
-/// an unrolled walk, in each program that opens exits, looking the trust of every pointer
-/// loaded up by name in the kernel's BTF (some 2 ms a generation on 6.18).
-#[cfg(not(feature = "compat"))]
-#[inline(always)]
-fn walk_up(walk: &mut Walk) {
-    // SAFETY: the callback is a BPF function of the signature bpf_loop expects, and its context
-    // the caller's `walk`, which outlives the call.
-    unsafe {
-        bpf_loop(ANCESTRY_DEPTH, ancestry_step as *mut c_void, core::ptr::from_mut(walk).cast(), 0);
-    }
-}
-
-#[cfg(feature = "compat")]
-#[inline(always)]
-fn walk_up(walk: &mut Walk) {
-    for _ in 0..ANCESTRY_DEPTH {
-        if step(walk) {
-            break;
-        }
-    }
 }
 
 /// A walk up the ancestry, one leader at a time.
@@ -130,11 +104,10 @@ struct Walk {
     done: u32,
 }
 
-/// One generation of [`follow_of`]'s walk as `bpf_loop` calls it: 1 stops the loop.
-#[cfg(not(feature = "compat"))]
-extern "C" fn ancestry_step(_index: u32, walk: *mut c_void) -> i64 {
-    // SAFETY: bpf_loop passes the context `follow_of` gave it, a `Walk`.
-    i64::from(step(unsafe { &mut *walk.cast::<Walk>() }))
+impl helpers::Walk for Walk {
+    fn step(&mut self) -> bool {
+        step(self)
+    }
 }
 
 /// One generation of [`follow_of`]'s walk; true when it has its answer.

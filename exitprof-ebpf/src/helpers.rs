@@ -7,6 +7,8 @@ use aya_ebpf::{
         generated::bpf_get_ns_current_pid_tgid,
     },
 };
+#[cfg(not(feature = "compat"))]
+use aya_ebpf::{cty::c_void, helpers::generated::bpf_loop};
 
 use exitprof_common::record::COMM_LEN;
 
@@ -67,6 +69,46 @@ pub fn current_ns_pid_tgid() -> (u32, u32) {
         )
     };
     if found == 0 { (info.pid, info.tgid) } else { (0, 0) }
+}
+
+/// A walk that goes one step at a time (up an ancestry, along a list).
+pub trait Walk {
+    /// One step; true when the walk is over.
+    fn step(&mut self) -> bool;
+}
+
+/// Runs `walk` for at most `steps` steps, as a `bpf_loop` of one step a call: the verifier
+/// checks the step until its states converge (a couple of times), where it would check every
+/// step of an unrolled loop (looking the trust of each pointer loaded up by name in the kernel's
+/// BTF: some 2 ms a step on 6.18). A walk's state must not be a count the verifier can follow
+/// exactly: each step would be a new state to it, and the loop one it cannot bound.
+#[cfg(not(feature = "compat"))]
+#[inline(always)]
+pub fn walk<W: Walk>(steps: u32, walk: &mut W) {
+    // SAFETY: the callback is a BPF function of the signature bpf_loop expects, and its context
+    // the caller's `walk`, which outlives the call.
+    unsafe {
+        bpf_loop(steps, walk_step::<W> as *mut c_void, core::ptr::from_mut(walk).cast(), 0);
+    }
+}
+
+/// One step of [`walk`] as `bpf_loop` calls it: 1 stops the loop.
+#[cfg(not(feature = "compat"))]
+extern "C" fn walk_step<W: Walk>(_index: u32, walk: *mut c_void) -> i64 {
+    // SAFETY: bpf_loop passes the context `walk` gave it, a `W`.
+    i64::from(unsafe { &mut *walk.cast::<W>() }.step())
+}
+
+/// Without `bpf_loop` (before 5.17) a walk is a bounded loop, which the verifier follows step by
+/// step: callers give it fewer steps.
+#[cfg(feature = "compat")]
+#[inline(always)]
+pub fn walk<W: Walk>(steps: u32, walk: &mut W) {
+    for _ in 0..steps {
+        if walk.step() {
+            break;
+        }
+    }
 }
 
 /// Reads a `T` at `base + offset` in kernel memory; `None` when the read faults.

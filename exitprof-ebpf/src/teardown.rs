@@ -17,8 +17,6 @@
 //! a CPU and the stacks it blocks in come from `sched_switch`, where it computes from the
 //! sampling clock.
 
-#[cfg(not(feature = "compat"))]
-use aya_ebpf::{cty::c_void, helpers::generated::bpf_loop};
 use aya_ebpf::{
     macros::{fentry, fexit, kprobe, kretprobe, map},
     maps::{HashMap, PerCpuArray},
@@ -35,7 +33,7 @@ use exitprof_common::{
 
 use crate::{
     deferred::emit_record,
-    helpers::{current_pid, namespaces, now_ns, read_at, task_pid_tgid},
+    helpers::{self, Walk, current_pid, namespaces, now_ns, read_at, task_pid_tgid},
     maps::{
         CLEANUP_NET_ADDR, FREE_USER_NS_ADDR, NET_EXIT_LIST_OFFSET, NET_INUM_OFFSET,
         NET_LIST_OFFSET, NET_REFS_OFFSET, USER_NS_INUM_OFFSET, USER_NS_WORK_OFFSET, count,
@@ -225,7 +223,7 @@ fn walk_counting(walk: &mut NetWalk) -> Found {
     let Some(found) = FOUND.get_ptr_mut(0) else { return Found { count: 0, pad: 0, first: 0 } };
     // SAFETY: a per-CPU slot, used by this program's run alone.
     unsafe { *found = Found { count: 0, pad: 0, first: 0 } };
-    walk_nets(walk);
+    helpers::walk(NETS_WALKED, walk);
     // SAFETY: as above.
     unsafe { *found }
 }
@@ -262,31 +260,10 @@ fn walk_batch(first_net: u64, run_start_ns: u64) -> Option<(u32, bool)> {
     Some((found.count, walk.done == 0))
 }
 
-#[cfg(not(feature = "compat"))]
-#[inline(always)]
-fn walk_nets(walk: &mut NetWalk) {
-    // SAFETY: the callback is a BPF function of the signature bpf_loop expects, and its context
-    // the caller's `walk`, which outlives the call.
-    unsafe {
-        bpf_loop(NETS_WALKED, net_step as *mut c_void, core::ptr::from_mut(walk).cast(), 0);
+impl Walk for NetWalk {
+    fn step(&mut self) -> bool {
+        step(self)
     }
-}
-
-#[cfg(feature = "compat")]
-#[inline(always)]
-fn walk_nets(walk: &mut NetWalk) {
-    for _ in 0..NETS_WALKED {
-        if step(walk) {
-            break;
-        }
-    }
-}
-
-/// One entry of the walk as `bpf_loop` calls it: 1 stops the loop.
-#[cfg(not(feature = "compat"))]
-extern "C" fn net_step(_index: u32, walk: *mut c_void) -> i64 {
-    // SAFETY: bpf_loop passes the context the walk gave it, a `NetWalk`.
-    i64::from(step(unsafe { &mut *walk.cast::<NetWalk>() }))
 }
 
 /// One entry of the walk; true at the list's end.

@@ -70,8 +70,7 @@ pub struct ExitStacks {
     newest_ns: u64,
     swept_ns: u64,
     /// Each distinct raw stack once; tallies refer to it by index.
-    stacks: Vec<Vec<u64>>,
-    stack_ids: HashMap<Vec<u64>, u32>,
+    stacks: StackTable,
     tallies: HashMap<(StackKind, usize, u32), Tally>,
     /// On-CPU samples, and blocks whose stack was taken.
     pub samples: JoinCounts,
@@ -81,7 +80,7 @@ pub struct ExitStacks {
 impl ExitStacks {
     /// One stack: it joins its exit if that was read already, or waits for it.
     pub fn record(&mut self, s: &KernelStack) {
-        let stack = self.intern(&s.stack);
+        let stack = self.stacks.intern(&s.stack);
         let waiting = Waiting { kind: s.kind, n_hits: s.n_hits, ts_ns: s.ts_ns, ns: s.ns, stack };
         if let Some(stages) = self.recent.get(&s.exit) {
             let stage = place(stages, s.n_hits);
@@ -119,7 +118,7 @@ impl ExitStacks {
                     n_hits: w.n_hits,
                     ts_ns: w.ts_ns,
                     ns: w.ns,
-                    stack: self.stacks[w.stack as usize].clone(),
+                    stack: self.stacks.get(w.stack).to_vec(),
                 })
                 .collect()
         } else {
@@ -185,22 +184,37 @@ impl ExitStacks {
         self.swept_ns = self.newest_ns;
     }
 
-    fn intern(&mut self, stack: &[u64]) -> u32 {
-        if let Some(&id) = self.stack_ids.get(stack) {
-            return id;
-        }
-        let id = u32::try_from(self.stacks.len()).expect("fewer than 2^32 distinct stacks");
-        self.stacks.push(stack.to_vec());
-        self.stack_ids.insert(stack.to_vec(), id);
-        id
-    }
-
     /// The tallies of one kind: (stage index, raw stack, tally).
     pub fn tallies(&self, kind: StackKind) -> impl Iterator<Item = (usize, &[u64], Tally)> {
         self.tallies
             .iter()
             .filter(move |((k, _, _), _)| *k == kind)
-            .map(|(&(_, stage, stack), &t)| (stage, self.stacks[stack as usize].as_slice(), t))
+            .map(|(&(_, stage, stack), &t)| (stage, self.stacks.get(stack), t))
+    }
+}
+
+/// Distinct raw kernel stacks, each kept once and named by an index.
+#[derive(Default)]
+pub struct StackTable {
+    stacks: Vec<Vec<u64>>,
+    ids: HashMap<Vec<u64>, u32>,
+}
+
+impl StackTable {
+    /// The index of `stack`, kept if it is new.
+    pub fn intern(&mut self, stack: &[u64]) -> u32 {
+        if let Some(&id) = self.ids.get(stack) {
+            return id;
+        }
+        let id = u32::try_from(self.stacks.len()).expect("fewer than 2^32 distinct stacks");
+        self.stacks.push(stack.to_vec());
+        self.ids.insert(stack.to_vec(), id);
+        id
+    }
+
+    /// The stack of index `id`.
+    pub fn get(&self, id: u32) -> &[u64] {
+        &self.stacks[id as usize]
     }
 }
 

@@ -35,7 +35,7 @@ use serde::Serialize;
 use crate::{
     analysis::{
         blocking::SCHEDULER_FRAMES,
-        exit_stacks::Tally,
+        exit_stacks::{StackTable, Tally},
         fixed_buckets::FixedBuckets,
         histogram::{Latency, Summary},
         on_cpu::{HotPath, SAMPLING_FRAMES, frames_within, heaviest_chain},
@@ -318,8 +318,7 @@ pub struct Teardowns {
     /// come).
     pub joined: Vec<Joined>,
     /// Each distinct raw stack once; runs' tallies refer to it by index.
-    stacks: Vec<Vec<u64>>,
-    stack_ids: HashMap<Vec<u64>, u32>,
+    stacks: StackTable,
     latest_ns: u64,
     pruned_ns: u64,
 }
@@ -338,8 +337,7 @@ impl Teardowns {
             early_frees: HashMap::new(),
             counts: Default::default(),
             joined: Vec::new(),
-            stacks: Vec::new(),
-            stack_ids: HashMap::new(),
+            stacks: StackTable::default(),
             latest_ns: 0,
             pruned_ns: 0,
         }
@@ -476,7 +474,7 @@ impl Teardowns {
 
     /// A kernel stack of a teardown's kworker, tallied under its run.
     pub fn stack(&mut self, s: &KernelStack) {
-        let id = self.intern(&s.stack);
+        let id = self.stacks.intern(&s.stack);
         let run = self.runs.entry(s.exit).or_default();
         run.seen_ns = run.seen_ns.max(s.ts_ns);
         let tally = run.stacks.entry((s.kind, id)).or_default();
@@ -690,16 +688,6 @@ impl Teardowns {
             .sum()
     }
 
-    fn intern(&mut self, stack: &[u64]) -> u32 {
-        if let Some(&id) = self.stack_ids.get(stack) {
-            return id;
-        }
-        let id = u32::try_from(self.stacks.len()).expect("fewer than 2^32 distinct stacks");
-        self.stacks.push(stack.to_vec());
-        self.stack_ids.insert(stack.to_vec(), id);
-        id
-    }
-
     /// Each kind's report, its stacks named with `symbols`.
     pub fn report(&self, symbols: &Kallsyms) -> TeardownReports {
         let report = |kind| self.report_of(kind, symbols);
@@ -789,7 +777,7 @@ impl Teardowns {
             blocked_ns += weight * run.off_cpu_ns.saturating_sub(run.runq_ns) as f64;
             on_cpu_ns += weight * run.took_ns.saturating_sub(run.off_cpu_ns) as f64;
             for (&(stack_kind, id), tally) in &run.stacks {
-                let stack = &self.stacks[id as usize];
+                let stack = self.stacks.get(id);
                 match stack_kind {
                     StackKind::Blocked => {
                         let frames = frames_within(stack, symbols, SCHEDULER_FRAMES, function);

@@ -275,6 +275,9 @@ fn render_counters(out: &mut Writer, snapshot: &Snapshot, common: &[(&str, Strin
     }
 }
 
+/// A family of teardown histograms: its name and help, and which of a series' histograms it
+/// draws.
+type HistogramFamily = ((&'static str, &'static str), fn(&TeardownBuckets) -> &FixedBuckets);
 /// A counter of each kind of teardown: its name, its help, and what it counts.
 type KindCounter = (&'static str, &'static str, fn(&TeardownCounts) -> u64);
 
@@ -290,15 +293,13 @@ fn render_teardowns(out: &mut Writer, snapshot: &Snapshot, common: &[(&str, Stri
         labels
     };
     // Where exits are grouped, by the group of the exit that set each teardown off.
-    let (teardown, help) = TEARDOWN;
-    out.family(teardown, "histogram", help);
-    for series in &snapshot.teardowns {
-        out.histogram(teardown, &labels(series), &series.buckets.teardown);
-    }
-    let (wait, help) = TEARDOWN_WAIT;
-    out.family(wait, "histogram", help);
-    for series in &snapshot.teardowns {
-        out.histogram(wait, &labels(series), &series.buckets.wait);
+    let histograms: [HistogramFamily; 2] =
+        [(TEARDOWN, |b| &b.teardown), (TEARDOWN_WAIT, |b| &b.wait)];
+    for ((name, help), buckets) in histograms {
+        out.family(name, "histogram", help);
+        for series in &snapshot.teardowns {
+            out.histogram(name, &labels(series), buckets(&series.buckets));
+        }
     }
     // What became of the teardowns that were not joined is in the table of counts, served
     // above: teardowns_outlived and teardowns_without_exit, teardowns_not_seen.
