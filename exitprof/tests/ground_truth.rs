@@ -13,7 +13,9 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::support::{attach_mode, c_program, emulated, measured, num, require_root, run_json};
+use crate::support::{
+    attach_mode, c_program, emulated, measured, measured_text, num, require_root, run_json,
+};
 
 /// The frame of a stack the kernel could not unwind, as flame graphs name it.
 const UNKNOWN: &str = "[unknown]";
@@ -508,15 +510,6 @@ fn named<'a>(net: &'a Value, inum: &str) -> &'a Value {
         .iter()
         .find(|n| n["namespace"] == name.as_str())
         .unwrap_or_else(|| panic!("{name} is not among the teardowns joined: {net:#}"))
-}
-
-/// What a program measured itself, as text (`key=value` lines).
-fn measured_text(path: &Path, key: &str) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}=")))
-        .unwrap_or_else(|| panic!("no {key} in {}: {text}", path.display()))
-        .to_owned()
 }
 
 /// A killed process owning a network namespace of 1,024 veth pairs: its exit is recorded, and

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::support::{c_program, exitprof, measured, require_root};
+use crate::support::{c_program, exitprof, measured, measured_text, num, require_root};
 
 /// Above any of the fast exits here (a `/bin/true` takes some 100 µs), below each slow one.
 const THRESHOLD: &str = "40ms";
@@ -126,4 +126,97 @@ fn three_slow_exits_among_a_thousand_fast_ones_are_printed_with_their_cause() {
     let text = exitprof().arg("report").arg(&record).args(["--exit", &pid]).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("fuse_flush") && text.contains("blocks: "), "{text}");
+}
+
+/// Fast exits, then a killed process owning a network namespace of 256 veth pairs (its exit is
+/// quick; its namespace's `cleanup_net` run takes some 100 ms here), in one recorded run under
+/// `--slower-than 40ms --json`: the teardown is printed as its own line once it is joined to
+/// the exit, named by the namespace's inode number and the exit's pid; its figures are those of
+/// the run's joined teardown; the record's views show it with its exit.
+#[test]
+fn a_namespace_teardown_over_the_threshold_is_printed_when_it_is_joined() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let teardown = c_program("netns_teardown");
+    let out_file = dir.path().join("teardown.out");
+    let script = format!(
+        "i=0; while [ $i -lt 200 ]; do /bin/true; i=$((i+1)); done; {teardown} 256 1 {out}",
+        teardown = teardown.display(),
+        out = out_file.display()
+    );
+    let record = dir.path().join("teardown.rec");
+    let out = exitprof()
+        .args(["record", "-o"])
+        .arg(&record)
+        .args(["--slower-than", THRESHOLD, "--json", "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect();
+    let doc = lines.last().expect("the run's document, last");
+    let of =
+        |event: &str| -> Vec<&Value> { lines.iter().filter(|l| l["event"] == event).collect() };
+    let (slow, teardowns) = (of("slow_exit"), of("slow_exit_teardown"));
+    assert_eq!(slow.len() + teardowns.len() + 1, lines.len(), "{stdout}");
+    let name = format!("net:[{}]", measured_text(&out_file, "victim_inum"));
+    let victim: u64 = measured_text(&out_file, "victim_pid").parse().unwrap();
+    let printed = teardowns
+        .iter()
+        .find(|t| t["namespace"] == name.as_str())
+        .unwrap_or_else(|| panic!("{name}'s teardown is not printed: {stdout}"));
+    eprintln!("{printed}");
+    assert_eq!(printed["pid"], victim, "{printed}");
+    assert_eq!((&printed["kind"], &printed["function"]), (&"net".into(), &"cleanup_net".into()));
+    // Each teardown printed follows its exit's line, or took the threshold itself.
+    let threshold_ns = 40e6;
+    for t in &teardowns {
+        let exit_printed =
+            slow.iter().any(|e| e["pid"] == t["pid"] && e["start_ns"] == t["exit_start_ns"]);
+        assert_eq!(t["exit_shown"], exit_printed, "{t}");
+        assert!(exit_printed || num(t, "teardown_ns") >= threshold_ns, "{t}");
+    }
+    // Its figures are those of the run's joined teardown.
+    let net = &doc["teardowns"]["net"];
+    let joined = net["slowest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["namespace"] == name.as_str())
+        .unwrap_or_else(|| panic!("{name} is not among the teardowns joined: {net:#}"));
+    for key in ["pid", "teardown_ns", "run_ns", "batch", "wait_ns", "blocked_ns", "on_cpu_ns"] {
+        assert_eq!(printed[key], joined[key], "{key}: printed {printed}, joined {joined}");
+    }
+    let on_cpu = num(printed, "on_cpu_ns");
+    let (blocked, runq) = (num(printed, "blocked_ns"), num(printed, "runq_ns"));
+    assert!((on_cpu + blocked + runq - num(printed, "teardown_ns")).abs() <= 2.0, "{printed}");
+
+    // The record shows it with its exit, in one exit's timeline and among the slowest.
+    let report = |args: &[&str]| -> Value {
+        let out = exitprof().arg("report").arg(&record).args(args).arg("--json").output().unwrap();
+        assert!(out.status.success(), "report {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let timeline = report(&["--exit", &victim.to_string()]);
+    let with_teardown: Vec<&Value> = timeline["exits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| e["teardowns"].as_array().into_iter().flatten())
+        .collect();
+    assert_eq!(with_teardown.len(), 1, "{timeline:#}");
+    for key in ["namespace", "teardown_ns", "run_ns", "wait_ns", "exit_start_ns"] {
+        assert_eq!(with_teardown[0][key], printed[key], "{key}: {timeline:#}");
+    }
+    let all = doc["exits_recorded"].as_u64().unwrap().to_string();
+    let slowest = report(&["--slowest", &all]);
+    let listed = slowest["exits"].as_array().unwrap().iter().find(|e| e["pid"] == victim);
+    let listed = listed.unwrap_or_else(|| panic!("pid {victim} not listed: {slowest:#}"));
+    assert_eq!(listed["teardowns"][0]["namespace"], name.as_str(), "{listed}");
+    let text = exitprof().arg("report").arg(&record).args(["--exit", &victim.to_string()]).output();
+    let text = String::from_utf8_lossy(&text.unwrap().stdout).into_owned();
+    assert!(text.contains("namespace teardowns joined to it") && text.contains(&name), "{text}");
 }

@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::{
     analysis::{
         blocking::blocked_frames,
+        exit_teardown::ExitTeardown,
         kept_exits::KeptExit,
         on_cpu::{EXIT_FRAME, HotPath, SAMPLING_FRAMES, exit_frames, heaviest_chain},
         profile::Profile,
@@ -69,6 +70,11 @@ pub struct ExitTimeline {
     pub top_function: Option<(String, f64)>,
     /// Hits were lost for want of slots: the stages after the last one kept are unknown.
     pub truncated: bool,
+    /// The teardowns of the namespaces it left, joined to it (in a record's views; as an exit
+    /// ends they are not run yet, and `--slower-than` prints each as its own line when it is
+    /// joined).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub teardowns: Vec<ExitTeardown>,
 }
 
 /// A stage of one exit.
@@ -199,6 +205,7 @@ impl ExitTimeline {
             computed_in,
             top_function,
             truncated: exit.truncated(),
+            teardowns: Vec::new(),
         };
         timeline.cause = timeline.cause();
         timeline

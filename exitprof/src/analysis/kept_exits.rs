@@ -7,17 +7,28 @@
 //! after the record's. A kept exit is therefore held for [`HOLD_PASSES`] reading passes (one
 //! reading interval, some 20 ms) before it is handed on, and the stacks that come meanwhile
 //! join it. Exits under the threshold cost one comparison: nothing of them is kept.
+//!
+//! A namespace teardown an exit set off runs later, in a kworker, and is joined to its exit
+//! then (`analysis::teardown`). Under `--slower-than`, a teardown is shown when it joins an exit
+//! that was shown, or when its own share of its run took the threshold or longer (its exit was
+//! quick, but the namespace it left took that long to tear down): held, too, for its run's late
+//! stacks.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 
 use crate::analysis::{
     records::{Exit, ExitKey, KernelStack},
     stages::Span,
+    teardown::Joined,
 };
 
 /// Reading passes a kept exit waits for late stacks: the pass that read its record, and one
 /// more.
 const HOLD_PASSES: u8 = 2;
+
+/// Exits shown that a teardown may still join, the latest: a bound for a run that lasts days
+/// (slow exits are few; a namespace's teardown comes within seconds of its exit).
+const SHOWN_REMEMBERED: usize = 4096;
 
 /// Which exits are kept.
 #[derive(Clone, Debug)]
@@ -38,17 +49,38 @@ pub struct KeptExit {
     pub stacks: Vec<KernelStack>,
 }
 
-/// The exits kept, held until their late stacks have had time to come.
+/// The exits kept, held until their late stacks have had time to come, and the teardowns
+/// joined to them.
 #[derive(Debug)]
 pub struct KeptExits {
     pick: Pick,
     /// Kept exits not handed on yet, with the reading passes they have waited.
     held: Vec<(KeptExit, u8)>,
+    /// The exits handed on, the latest [`SHOWN_REMEMBERED`].
+    shown: VecDeque<ExitKey>,
+    /// Teardowns joined so far that were looked at (an index into the session's joins).
+    joins_read: usize,
+    /// Teardowns to show, not handed on yet, with the passes they have waited.
+    held_teardowns: Vec<(Joined, u8)>,
+}
+
+/// What a reading pass hands on: exits, and teardowns joined to exits.
+#[derive(Debug, Default)]
+pub struct Ready {
+    pub exits: Vec<KeptExit>,
+    /// Each with whether its exit was handed on (else it is shown for its own length).
+    pub teardowns: Vec<(Joined, bool)>,
 }
 
 impl KeptExits {
     pub fn new(pick: Pick) -> Self {
-        Self { pick, held: Vec::new() }
+        Self {
+            pick,
+            held: Vec::new(),
+            shown: VecDeque::new(),
+            joins_read: 0,
+            held_teardowns: Vec::new(),
+        }
     }
 
     /// Whether `exit` is one to keep.
@@ -76,19 +108,63 @@ impl KeptExits {
         }
     }
 
-    /// A reading pass is over: the exits held long enough, oldest first.
-    pub fn pass(&mut self) -> Vec<KeptExit> {
+    /// A reading pass is over: the exits held long enough, oldest first, and the teardowns
+    /// `joined` (the session's joins so far) holds for them, once held long enough too.
+    pub fn pass(&mut self, joined: &[Joined]) -> Ready {
         for (_, passes) in &mut self.held {
             *passes += 1;
         }
         let ready = self.held.iter().take_while(|(_, p)| *p >= HOLD_PASSES).count();
-        self.held.drain(..ready).map(|(k, _)| k).collect()
+        let exits = self.held.drain(..ready).map(|(k, _)| k).collect();
+        self.hand_on(exits, joined, false)
     }
 
-    /// No record is to come: every exit held.
-    pub fn finish(&mut self) -> Vec<KeptExit> {
-        self.held.drain(..).map(|(k, _)| k).collect()
+    /// No record is to come: every exit held, and every teardown joined to them.
+    pub fn finish(&mut self, joined: &[Joined]) -> Ready {
+        let exits = self.held.drain(..).map(|(k, _)| k).collect();
+        self.hand_on(exits, joined, true)
     }
+
+    fn hand_on(&mut self, exits: Vec<KeptExit>, joined: &[Joined], all: bool) -> Ready {
+        for kept in &exits {
+            if let Some(key) = kept.exit.key() {
+                if self.shown.len() == SHOWN_REMEMBERED {
+                    self.shown.pop_front();
+                }
+                self.shown.push_back(key);
+            }
+        }
+        for (_, passes) in &mut self.held_teardowns {
+            *passes += 1;
+        }
+        let new = joined.get(self.joins_read..).unwrap_or_default();
+        self.joins_read = joined.len();
+        for j in new {
+            let key = exit_of(j);
+            let of_kept = self.shown.contains(&key)
+                || self.held.iter().any(|(k, _)| k.exit.key() == Some(key));
+            let slow = matches!(self.pick, Pick::SlowerThan(ns) if j.torn.share_ns >= ns);
+            if of_kept || slow {
+                self.held_teardowns.push((*j, if all { HOLD_PASSES } else { 0 }));
+            }
+        }
+        let ready = if all {
+            self.held_teardowns.len()
+        } else {
+            self.held_teardowns.iter().take_while(|(_, p)| *p >= HOLD_PASSES).count()
+        };
+        let teardowns = self
+            .held_teardowns
+            .drain(..ready)
+            .map(|(j, _)| (j, self.shown.contains(&exit_of(&j))))
+            .collect();
+        Ready { exits, teardowns }
+    }
+}
+
+/// The exit a teardown is joined to.
+fn exit_of(j: &Joined) -> ExitKey {
+    ExitKey { pid: j.exit.pid, start_ns: j.exit.start_ns }
 }
 
 #[cfg(test)]
@@ -96,7 +172,10 @@ mod tests {
     use exitprof_common::point::{Marker, Point};
 
     use super::*;
-    use crate::analysis::records::{PointHit, StackKind};
+    use crate::analysis::{
+        records::{PointHit, StackKind, TaskName},
+        teardown::{ExitSide, TeardownKind, TornDown},
+    };
 
     fn exit(pid: u32, start: u64, ns: u64) -> Exit {
         let hit = |ts_ns| PointHit {
@@ -127,12 +206,65 @@ mod tests {
         // Read in the pass of its record: not yet handed on.
         kept.stack(&stack(2, 0));
         kept.stack(&stack(3, 0));
-        assert!(kept.pass().is_empty());
+        assert!(kept.pass(&[]).exits.is_empty());
         kept.keep(exit(4, 0, 5_000), Vec::new(), Vec::new());
-        let ready = kept.pass();
+        let ready = kept.pass(&[]).exits;
         assert_eq!(ready.len(), 1);
         assert_eq!((ready[0].exit.pid, ready[0].stacks.len()), (2, 2));
-        assert_eq!(kept.finish().len(), 1);
+        assert_eq!(kept.finish(&[]).exits.len(), 1);
+    }
+
+    /// A network namespace teardown of `share_ns` joined to the exit of `pid` that started at `start`.
+    fn joined(pid: u32, start: u64, share_ns: u64) -> Joined {
+        Joined {
+            torn: TornDown {
+                kind: TeardownKind::Net,
+                address: 0xA0,
+                run_pid: 9,
+                inum: 1,
+                run_start_ns: start + 10_000,
+                run_ns: share_ns,
+                batch: 1,
+                share_ns,
+                on_cpu_ns: share_ns,
+                blocked_ns: 0,
+                runq_ns: 0,
+            },
+            exit: ExitSide {
+                pid,
+                tgid: pid,
+                start_ns: start,
+                end_ns: start + 100,
+                released: true,
+                free_awaited: false,
+                freed_ns: None,
+                comm: TaskName::default(),
+                process_comm: TaskName::default(),
+                cgroup_id: 0,
+            },
+        }
+    }
+
+    /// Teardowns joined later are handed on after their exit: that of an exit shown (joined
+    /// while the exit was still held, or after it was shown), and that of a quick exit whose
+    /// teardown alone took the threshold; not that of a quick exit with a quick teardown.
+    #[test]
+    fn teardowns_follow_the_exits_shown_and_are_shown_when_slow_themselves() {
+        let mut kept = KeptExits::new(Pick::SlowerThan(1_000));
+        kept.keep(exit(2, 0, 5_000), Vec::new(), Vec::new());
+        let mut joins = vec![joined(2, 0, 10)];
+        let ready = kept.pass(&joins);
+        assert!(ready.exits.is_empty() && ready.teardowns.is_empty());
+        let ready = kept.pass(&joins);
+        assert_eq!((ready.exits.len(), ready.teardowns.len()), (1, 0));
+        joins.extend([joined(3, 50, 999), joined(4, 60, 1_000)]);
+        let shown = |ready: Ready| -> Vec<(u32, bool)> {
+            ready.teardowns.iter().map(|(j, shown)| (j.exit.pid, *shown)).collect()
+        };
+        assert_eq!(shown(kept.pass(&joins)), [(2, true)]);
+        assert_eq!(shown(kept.pass(&joins)), []);
+        joins.push(joined(2, 0, 20));
+        assert_eq!(shown(kept.finish(&joins)), [(4, false), (2, true)]);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod blocking;
 pub mod comparison;
 pub mod deferred;
 pub mod exit_stacks;
+pub mod exit_teardown;
 pub mod exit_timeline;
 pub mod fixed_buckets;
 pub mod histogram;

@@ -758,18 +758,38 @@ impl Teardowns {
     }
 
     /// Where the runs that tore down joined namespaces spent their time, each run counting in
-    /// the proportion of its namespaces that were joined: the stacks its kworker blocked in
-    /// (all of its blocked time shared out by the blocks walked, as for exits), and those the
-    /// sampling clock caught it in.
+    /// the proportion of its namespaces that were joined.
     fn where_(&self, kind: TeardownKind, symbols: &Kallsyms) -> Where {
+        let runs = self.runs.values().filter(|r| r.complete && r.kind == Some(kind));
+        let weighed = runs.map(|run| (run, f64::from(run.joined) / f64::from(run.batch())));
+        self.where_in(weighed, kind, symbols)
+    }
+
+    /// Where one joined namespace's teardown spent its time: its run's, in the proportion of
+    /// its share (empty where the run is no longer kept).
+    pub fn where_one(&self, joined: &Joined, symbols: &Kallsyms) -> Where {
+        let key = RunKey { pid: joined.torn.run_pid, start_ns: joined.torn.run_start_ns };
+        let run = self.runs.get(&key).filter(|r| r.complete);
+        let weighed = run.map(|run| (run, 1.0 / f64::from(run.batch())));
+        self.where_in(weighed.into_iter(), joined.torn.kind, symbols)
+    }
+
+    /// Where `runs` spent their time, each counting by its weight: the stacks its kworker
+    /// blocked in (all of its blocked time shared out by the blocks walked, as for exits), and
+    /// those the sampling clock caught it in.
+    fn where_in<'a>(
+        &self,
+        runs: impl Iterator<Item = (&'a Run, f64)>,
+        kind: TeardownKind,
+        symbols: &Kallsyms,
+    ) -> Where {
         let function = kind.function();
         let mut teardown_ns = 0.0;
         let mut blocked_ns = 0.0;
         let mut on_cpu_ns = 0.0;
         let mut walked: HashMap<Vec<String>, f64> = HashMap::new();
         let mut sampled: HashMap<Vec<String>, f64> = HashMap::new();
-        for run in self.runs.values().filter(|r| r.complete && r.kind == Some(kind)) {
-            let weight = f64::from(run.joined) / f64::from(run.batch());
+        for (run, weight) in runs {
             if weight == 0.0 {
                 continue;
             }
@@ -832,11 +852,12 @@ impl Teardowns {
     }
 }
 
-/// Where a kind of teardown spent its time.
-struct Where {
-    blocks: Vec<TeardownBlock>,
-    samples: Vec<TeardownSample>,
-    hot_path: Option<HotPath>,
+/// Where teardowns spent their time: the stacks they blocked in, those they were sampled in,
+/// and the chain of calls most samples went through.
+pub struct Where {
+    pub blocks: Vec<TeardownBlock>,
+    pub samples: Vec<TeardownSample>,
+    pub hot_path: Option<HotPath>,
 }
 
 /// What a block waited for: the first frame, innermost first, that is not the scheduler's or a
@@ -997,7 +1018,7 @@ pub struct NamedTeardown {
 }
 
 impl NamedTeardown {
-    fn of(j: &Joined) -> Self {
+    pub fn of(j: &Joined) -> Self {
         Self {
             namespace: j.torn.name(),
             pid: j.exit.pid,

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use crate::{
     analysis::{
+        exit_teardown::ExitTeardown,
         exit_timeline::{Cause, ExitTimeline},
         on_cpu::describe_chain,
     },
@@ -46,6 +47,72 @@ pub fn summary(t: &ExitTimeline) -> String {
     }
     if t.truncated {
         out.push_str("  (hits lost for want of slots: its last stages are unknown)\n");
+    }
+    for d in &t.teardowns {
+        let _ = write!(out, "  then {}", teardown_body(d));
+    }
+    out
+}
+
+/// A namespace teardown joined to an exit, as `--slower-than` prints it when it is joined:
+/// whose it is, when it ran after the exit, its share of its run, on and off a CPU, and where
+/// its run blocked and computed. `exit_shown`: its exit was printed before (else it is printed
+/// for its own length, and says how long the exit took).
+pub fn teardown(d: &ExitTeardown, exit_shown: bool) -> String {
+    let when = d.done_at.map(clock).map(|c| format!("{c} ")).unwrap_or_default();
+    let names = if d.named.comm == d.named.process_comm {
+        d.named.comm.to_string()
+    } else {
+        format!("{} of {}", d.named.comm, d.named.process_comm)
+    };
+    let exit = if exit_shown {
+        String::new()
+    } else {
+        format!(" (its exit took {}, under the threshold)", fmt_ns(d.exit_ns as f64))
+    };
+    format!("{when}pid {} {names}{exit}: {}", d.named.pid, teardown_body(d))
+}
+
+/// `the teardown of its network namespace net:[4026532008] in cleanup_net, 1.2ms after the
+/// exit's end: took 480ms (...)`, and where it blocked and computed.
+fn teardown_body(d: &ExitTeardown) -> String {
+    let n = &d.named;
+    let after = match n.wait_ns {
+        Some(w) => format!("{} after the exit's end", fmt_ns(w as f64)),
+        None => "begun before the exit's end".to_owned(),
+    };
+    let run = if n.batch == 1 {
+        format!("a run of {} for it alone", fmt_ns(n.run_ns as f64))
+    } else {
+        format!("its share of a run of {} for {} namespaces", fmt_ns(n.run_ns as f64), n.batch)
+    };
+    let mut out = format!(
+        "the teardown of its {} {} in {}, {after}: took {} ({run}), {} on CPU, blocked {}, \
+         runnable {}\n",
+        d.kind.what(),
+        n.namespace,
+        d.function,
+        fmt_ns(n.teardown_ns as f64),
+        fmt_ns(n.on_cpu_ns as f64),
+        fmt_ns(n.blocked_ns as f64),
+        fmt_ns(d.runq_ns as f64)
+    );
+    if let Some(b) = d.blocked_in.first() {
+        let _ = writeln!(
+            out,
+            "    blocked most in {} ({}, {})",
+            b.wait,
+            fmt_ns(b.est_ns),
+            describe_chain(&b.stack, FRAMES_SHOWN)
+        );
+    }
+    if let Some(path) = &d.computes_mostly_in {
+        let _ = writeln!(
+            out,
+            "    computed mostly in {} ({:.0}% of its run's samples)",
+            describe_chain(&path.frames, FRAMES_SHOWN),
+            path.share * 100.0
+        );
     }
     out
 }
@@ -108,6 +175,12 @@ pub fn timeline(t: &ExitTimeline) -> String {
             ]);
         }
         let _ = writeln!(out, "{samples}");
+    }
+    if !t.teardowns.is_empty() {
+        out.push_str("\nnamespace teardowns joined to it\n");
+        for d in &t.teardowns {
+            let _ = write!(out, "  {}", teardown_body(d));
+        }
     }
     out
 }

@@ -6,7 +6,7 @@ use std::{io::IsTerminal as _, time::Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::{
-    analysis::exit_timeline::ExitTimeline,
+    analysis::{exit_teardown::ExitTeardown, exit_timeline::ExitTimeline},
     report::{exit_timeline, fmt_rate},
     run::collect::Progress,
 };
@@ -81,11 +81,41 @@ impl Progress for ProgressLine {
     /// Prints a slow exit on stdout as it ends, above the progress line.
     fn exit(&mut self, exit: &ExitTimeline) {
         let text = if self.exits_as_json {
-            let line = ExitLine { event: "slow_exit", exit };
-            serde_json::to_string(&line).map(|l| format!("{l}\n")).unwrap_or_default()
+            json_line(&ExitLine { event: "slow_exit", exit })
         } else {
             format!("{}\n", exit_timeline::summary(exit))
         };
+        self.print(&text);
+    }
+
+    /// Prints a namespace teardown joined to an exit on stdout, above the progress line.
+    fn teardown(&mut self, teardown: &ExitTeardown, exit_shown: bool) {
+        let text = if self.exits_as_json {
+            json_line(&TeardownLine { event: "slow_exit_teardown", exit_shown, teardown })
+        } else {
+            format!("{}\n", exit_timeline::teardown(teardown, exit_shown))
+        };
+        self.print(&text);
+    }
+}
+
+/// A JSON line of a teardown shown when it is joined to its exit.
+#[derive(serde::Serialize)]
+struct TeardownLine<'a> {
+    event: &'static str,
+    /// Its exit was shown before (else the teardown is shown for its own length).
+    exit_shown: bool,
+    #[serde(flatten)]
+    teardown: &'a ExitTeardown,
+}
+
+fn json_line(line: &impl serde::Serialize) -> String {
+    serde_json::to_string(line).map(|l| format!("{l}\n")).unwrap_or_default()
+}
+
+impl ProgressLine {
+    /// Prints `text` on stdout, above the progress line.
+    fn print(&self, text: &str) {
         let print = || {
             use std::io::Write as _;
             let mut out = std::io::stdout().lock();

@@ -9,8 +9,8 @@ use super::{
 };
 use crate::{
     analysis::{
+        exit_teardown::ExitTeardown,
         exit_timeline::{Context, ExitTimeline},
-        kept_exits::KeptExit,
         records::cgroup_of,
         session::Session,
     },
@@ -49,6 +49,9 @@ pub trait Progress {
     fn finish(&self);
     /// Shows an exit kept whole (over `--slower-than`) as it ends.
     fn exit(&mut self, exit: &ExitTimeline);
+    /// Shows a namespace teardown joined to an exit, later: the exit's, if `exit_shown`, or one
+    /// over `--slower-than` itself.
+    fn teardown(&mut self, teardown: &ExitTeardown, exit_shown: bool);
 }
 
 /// Nothing shown: the storms of a comparison.
@@ -66,6 +69,8 @@ impl Progress for NoProgress {
     fn finish(&self) {}
 
     fn exit(&mut self, _: &ExitTimeline) {}
+
+    fn teardown(&mut self, _: &ExitTeardown, _: bool) {}
 }
 
 /// What collecting a target's records found.
@@ -209,8 +214,9 @@ impl KeptShown {
         let (Some(kept), Some(symbols)) = (session.kept.as_mut(), self.symbols.as_deref()) else {
             return;
         };
-        let ready: Vec<KeptExit> = if last { kept.finish() } else { kept.pass() };
-        if ready.is_empty() {
+        let joined = &session.teardowns.joined;
+        let ready = if last { kept.finish(joined) } else { kept.pass(joined) };
+        if ready.exits.is_empty() && ready.teardowns.is_empty() {
             return;
         }
         if !std::mem::replace(&mut self.cgroups_looked_for, true) {
@@ -224,8 +230,12 @@ impl KeptShown {
             cgroup: &mut cgroup,
             wall_at_zero: self.wall_at_zero,
         };
-        for exit in &ready {
+        for exit in &ready.exits {
             progress.exit(&ExitTimeline::of(exit, &mut context));
+        }
+        for (joined, exit_shown) in &ready.teardowns {
+            let teardown = ExitTeardown::of(joined, &session.teardowns, symbols, self.wall_at_zero);
+            progress.teardown(&teardown, *exit_shown);
         }
     }
 }

@@ -446,12 +446,16 @@ pub fn assert_nothing_left(run: &Started) {
 
 /// What a program measured itself: `key=value` lines of integers.
 pub fn measured(path: &std::path::Path, key: &str) -> f64 {
+    measured_text(path, key).parse().unwrap()
+}
+
+/// What a program measured itself, as text (`key=value` lines).
+pub fn measured_text(path: &std::path::Path, key: &str) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     text.lines()
         .find_map(|l| l.strip_prefix(&format!("{key}=")))
         .unwrap_or_else(|| panic!("no {key} in {}: {text}", path.display()))
-        .parse()
-        .unwrap()
+        .to_owned()
 }
 
 /// The tests run in an emulated machine (`EXITPROF_TEST_EMULATED`, set by the VM tests).

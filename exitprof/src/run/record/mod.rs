@@ -11,7 +11,10 @@ mod opaque;
 pub mod selection;
 pub mod view;
 
-use std::path::{Path, PathBuf};
+use std::{
+    collections::HashSet,
+    path::{Path, PathBuf},
+};
 
 use anyhow::Context as _;
 use exitprof_common::counters;
@@ -25,8 +28,9 @@ use self::{
 };
 use crate::{
     analysis::{
+        exit_teardown::ExitTeardown,
         exit_timeline::{Context, ExitTimeline},
-        kept_exits::{KeptExit, KeptExits, Pick},
+        kept_exits::{KeptExit, Pick},
         records::{Exit, ExitKey},
         session::Session,
     },
@@ -131,7 +135,7 @@ pub fn replay_exits(path: &Path, shown: ExitsShown) -> Result<Vec<ExitTimeline>,
         candidates.truncate(n);
     }
     let keys = candidates.iter().map(|&(_, key)| key).collect();
-    let Folded { outcome, kept, symbols } =
+    let Folded { outcome, kept, teardowns, symbols } =
         fold(path, opening, Some(Pick::Exits(keys)), |_, _| true)?;
     refuse_undecodable(path, &outcome)?;
     // Where the run grouped its exits by cgroup, the record names their cgroups.
@@ -147,6 +151,9 @@ pub fn replay_exits(path: &Path, shown: ExitsShown) -> Result<Vec<ExitTimeline>,
     };
     let mut timelines: Vec<ExitTimeline> =
         kept.iter().map(|k| ExitTimeline::of(k, &mut context)).collect();
+    for t in &mut timelines {
+        t.teardowns = teardowns.iter().filter(|d| d.is_of(t.pid, t.start_ns)).cloned().collect();
+    }
     if let ExitsShown::Slowest(_) = shown {
         timelines.sort_by_key(|t| std::cmp::Reverse(t.duration_ns));
     }
@@ -184,6 +191,8 @@ pub fn replay_selected(path: &Path, filter: ExitFilter) -> Result<RunOutcome, Re
 struct Folded {
     outcome: RunOutcome,
     kept: Vec<KeptExit>,
+    /// The namespace teardowns joined to the exits kept.
+    teardowns: Vec<ExitTeardown>,
     symbols: Kallsyms,
 }
 
@@ -211,9 +220,19 @@ fn fold(
     })?;
     let (end, own_cost, symbols) = closing.end();
     let symbols = Kallsyms::of_symbols(&symbols);
-    let kept = session.kept.as_mut().map(KeptExits::finish).unwrap_or_default();
+    let kept = session.kept.as_mut().map(|k| k.finish(&[]).exits).unwrap_or_default();
+    // The namespace teardowns joined to the exits kept.
+    session.teardowns.finish();
+    let keys: HashSet<ExitKey> = kept.iter().filter_map(|k| k.exit.key()).collect();
+    let teardowns = session
+        .teardowns
+        .joined
+        .iter()
+        .filter(|j| keys.contains(&ExitKey { pid: j.exit.pid, start_ns: j.exit.start_ns }))
+        .map(|j| ExitTeardown::of(j, &session.teardowns, &symbols, None))
+        .collect();
     let outcome = RunOutcome::of(setup, session, end, &symbols, || own_cost);
-    Ok(Folded { outcome, kept, symbols })
+    Ok(Folded { outcome, kept, teardowns, symbols })
 }
 
 /// Reads a record file whole, handing each raw record to `record` in order; returns its opening
