@@ -14,7 +14,8 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::support::{
-    attach_mode, c_program, emulated, measured, measured_text, num, require_root, run_json,
+    attach_mode, c_program, emulated, joined_teardown, measured, measured_text, num, require_root,
+    run_json,
 };
 
 /// The frame of a stack the kernel could not unwind, as flame graphs name it.
@@ -503,13 +504,7 @@ fn net_teardowns(doc: &Value) -> &Value {
 
 /// The named teardown of the namespace of inode `inum`.
 fn named<'a>(net: &'a Value, inum: &str) -> &'a Value {
-    let name = format!("net:[{inum}]");
-    net["slowest"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["namespace"] == name.as_str())
-        .unwrap_or_else(|| panic!("{name} is not among the teardowns joined: {net:#}"))
+    joined_teardown(net, &format!("net:[{inum}]"))
 }
 
 /// A killed process owning a network namespace of 1,024 veth pairs: its exit is recorded, and
@@ -603,12 +598,7 @@ fn a_user_namespace_s_teardown_is_joined_to_its_last_exit() {
     let user = &doc["teardowns"]["user"];
     assert_eq!(user["seen"], true, "free_user_ns's runs are not seen: {}", doc["unavailable"]);
     let name = format!("user:[{}]", measured_text(&out, "inum"));
-    let torn = user["slowest"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["namespace"] == name.as_str())
-        .unwrap_or_else(|| panic!("{name} is not among the teardowns joined: {user:#}"));
+    let torn = joined_teardown(user, &name);
     assert_eq!(torn["pid"].to_string(), measured_text(&out, "pid"), "{torn}");
     assert_eq!(torn["batch"], 1, "{torn}");
     assert!(num(torn, "teardown_ns") > 0.0, "{torn}");

@@ -4,7 +4,9 @@
 
 use serde_json::Value;
 
-use crate::support::{c_program, exitprof, measured, measured_text, num, require_root};
+use crate::support::{
+    c_program, exitprof, joined_teardown, measured, measured_text, num, require_root,
+};
 
 /// Above any of the fast exits here (a `/bin/true` takes some 100 µs), below each slow one.
 const THRESHOLD: &str = "40ms";
@@ -12,6 +14,24 @@ const THRESHOLD: &str = "40ms";
 const HOLD_MS: &str = "200";
 /// The teardown: some 100 ms of unmapping on this machine.
 const TEARDOWN_MIB: &str = "1024";
+
+/// Records `sh -c script` to `record` under `--slower-than THRESHOLD --json`: its stdout, and
+/// each line of it, which must be JSON.
+fn record_slow_exits(record: &std::path::Path, script: &str) -> (String, Vec<Value>) {
+    let out = exitprof()
+        .args(["record", "-o"])
+        .arg(record)
+        .args(["--slower-than", THRESHOLD, "--json", "--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect();
+    (stdout, lines)
+}
 
 /// 1,000 fast exits, then a FUSE flush held 200 ms, a tracer's exit stop held 200 ms and a
 /// 1 GiB teardown, in one recorded run under `--slower-than 40ms --json`: exactly those three
@@ -37,18 +57,7 @@ fn three_slow_exits_among_a_thousand_fast_ones_are_printed_with_their_cause() {
         dir = dir.path().display()
     );
     let record = dir.path().join("slow.rec");
-    let out = exitprof()
-        .args(["record", "-o"])
-        .arg(&record)
-        .args(["--slower-than", THRESHOLD, "--json", "--", "sh", "-c", &script])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let lines: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
-        .collect();
+    let (_, lines) = record_slow_exits(&record, &script);
     let (slow, rest): (Vec<&Value>, Vec<&Value>) =
         lines.iter().partition(|l| l["event"] == "slow_exit");
     let doc = rest.last().expect("the run's document, last");
@@ -145,18 +154,7 @@ fn a_namespace_teardown_over_the_threshold_is_printed_when_it_is_joined() {
         out = out_file.display()
     );
     let record = dir.path().join("teardown.rec");
-    let out = exitprof()
-        .args(["record", "-o"])
-        .arg(&record)
-        .args(["--slower-than", THRESHOLD, "--json", "--", "sh", "-c", &script])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let lines: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
-        .collect();
+    let (stdout, lines) = record_slow_exits(&record, &script);
     let doc = lines.last().expect("the run's document, last");
     let of =
         |event: &str| -> Vec<&Value> { lines.iter().filter(|l| l["event"] == event).collect() };
@@ -180,13 +178,7 @@ fn a_namespace_teardown_over_the_threshold_is_printed_when_it_is_joined() {
         assert!(exit_printed || num(t, "teardown_ns") >= threshold_ns, "{t}");
     }
     // Its figures are those of the run's joined teardown.
-    let net = &doc["teardowns"]["net"];
-    let joined = net["slowest"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["namespace"] == name.as_str())
-        .unwrap_or_else(|| panic!("{name} is not among the teardowns joined: {net:#}"));
+    let joined = joined_teardown(&doc["teardowns"]["net"], &name);
     for key in ["pid", "teardown_ns", "run_ns", "batch", "wait_ns", "blocked_ns", "on_cpu_ns"] {
         assert_eq!(printed[key], joined[key], "{key}: printed {printed}, joined {joined}");
     }

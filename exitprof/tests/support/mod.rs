@@ -449,6 +449,17 @@ pub fn measured(path: &std::path::Path, key: &str) -> f64 {
     measured_text(path, key).parse().unwrap()
 }
 
+/// The teardown of the namespace `name` (`net:[4026532008]`) among those a run's document
+/// joined to their exits and named (`teardowns.net` or `teardowns.user`).
+pub fn joined_teardown<'a>(kind: &'a Value, name: &str) -> &'a Value {
+    kind["slowest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["namespace"] == name)
+        .unwrap_or_else(|| panic!("{name} is not among the teardowns joined: {kind:#}"))
+}
+
 /// What a program measured itself, as text (`key=value` lines).
 pub fn measured_text(path: &std::path::Path, key: &str) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
