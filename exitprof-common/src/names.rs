@@ -60,6 +60,8 @@ pub mod globals {
         STACKS_WAKEUP_BYTES,
         /// Record the exits of tasks with this name.
         TARGET_COMM,
+        /// Record the exits of tasks in the v2 cgroup of this id or below it (0: off).
+        TARGET_CGROUP,
         /// Device and inode of exitprof's PID namespace (0 in the initial one).
         PIDNS_DEV,
         PIDNS_INO,
@@ -138,6 +140,12 @@ pub mod compat_globals {
         TASK_START_BOOTTIME_OFFSET,
         /// Nanoseconds of a clock tick (`USER_HZ`), as `/proc/PID/stat` counts start times.
         NS_PER_TICK,
+        /// `offsetof(struct task_struct, cgroups)`, `offsetof(struct css_set, dfl_cgrp)`,
+        /// `offsetof(struct cgroup, level)`, `offsetof(struct cgroup, ancestor_ids)`.
+        TASK_CGROUPS_OFFSET,
+        CSS_SET_DFL_CGRP_OFFSET,
+        CGROUP_LEVEL_OFFSET,
+        CGROUP_ANCESTOR_IDS_OFFSET,
     }
 }
 

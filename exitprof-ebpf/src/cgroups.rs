@@ -1,5 +1,6 @@
 //! The paths of the cgroups made and removed while exitprof runs, sent to userspace, which
-//! names the exits of each cgroup after its path even when it is gone by the time they are read.
+//! names the exits of each cgroup after its path even when it is gone by the time they are read;
+//! and whether an exit is in the cgroup `--cgroup` names (or below it).
 //!
 //! BTF tracepoints, not the `cgroup:` trace events: those are attached through
 //! `perf_event_open`, which Debian's and Ubuntu's kernels refuse without CAP_SYS_ADMIN at their
@@ -17,7 +18,56 @@ use exitprof_common::{
     counters,
 };
 
-use crate::{helpers::cgroup_hierarchy_and_id, maps::count};
+use crate::{
+    helpers::cgroup_hierarchy_and_id,
+    maps::{TARGET_CGROUP, count},
+};
+
+/// Levels of the v2 hierarchy looked at for the target cgroup, from the root down: a container
+/// under a pod under a slice is some 5 deep. A task deeper than this is looked at down to here:
+/// a target cgroup that deep is not found.
+const CGROUP_DEPTH: i32 = 16;
+
+/// Whether exits are chosen by cgroup (`TARGET_CGROUP` is set).
+#[inline(always)]
+pub fn follows_by_cgroup() -> bool {
+    TARGET_CGROUP.load() != 0
+}
+
+/// Whether the current task's cgroup of the v2 hierarchy is `TARGET_CGROUP` or below it: one of
+/// its ancestors (itself included) is. The level is looked for rather than given by userspace,
+/// which may see the hierarchy from a cgroup namespace, whose root is not the real one.
+#[inline(always)]
+pub fn in_target_cgroup(task: crate::task_storage::Task) -> bool {
+    let target = TARGET_CGROUP.load();
+    for level in 0..CGROUP_DEPTH {
+        match ancestor_cgroup_id(task, level) {
+            // Past the task's own level.
+            0 => return false,
+            id if id == target => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The id of the current task's v2 cgroup's ancestor at `level` (the root's is 0); 0 past the
+/// task's own level. The helper serves tracing programs since 5.14 (the default object needs
+/// 5.17).
+#[cfg(not(feature = "compat"))]
+#[inline(always)]
+fn ancestor_cgroup_id(_task: crate::task_storage::Task, level: i32) -> u64 {
+    // SAFETY: a helper that reads the current task's cgroup.
+    unsafe { aya_ebpf::helpers::generated::bpf_get_current_ancestor_cgroup_id(level) }
+}
+
+/// The same, read the way the helper does before 5.14: `task->cgroups->dfl_cgrp`, whose
+/// `ancestor_ids[level]` (v4.x to v5.19) are its ancestors' ids.
+#[cfg(feature = "compat")]
+#[inline(always)]
+fn ancestor_cgroup_id(task: crate::task_storage::Task, level: i32) -> u64 {
+    crate::helpers::dfl_cgroup_ancestor_id(task, level)
+}
 
 /// Cgroups made and removed, to userspace (rare: read on its beat, never woken for).
 #[map]

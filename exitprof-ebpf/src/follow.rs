@@ -16,6 +16,7 @@ use exitprof_common::{
 };
 
 use crate::{
+    cgroups::{follows_by_cgroup, in_target_cgroup},
     helpers::{
         self, EEXIST, exec_thread_pid, group_leader, group_live, real_parent, signal_of, task_comm,
         task_pid_tgid,
@@ -42,9 +43,9 @@ const ANCESTRY_DEPTH: u32 = 24;
 pub enum Following {
     Target,
     NotTarget,
-    /// No mark was found within [`ANCESTRY_DEPTH`] generations, and neither `--all` nor
-    /// `--comm` chose it (`--comm` decides every exit): it may have descended from a followed
-    /// process.
+    /// No mark was found within [`ANCESTRY_DEPTH`] generations, and neither `--all`, `--comm`
+    /// nor `--cgroup` chose it (`--comm` and `--cgroup` decide every exit): it may have
+    /// descended from a followed process.
     Undecided,
 }
 
@@ -57,13 +58,18 @@ pub fn following(task: Task) -> Following {
     if by_name && !is_target_comm(task_comm(task)) {
         return Following::NotTarget;
     }
+    // Chosen by cgroup, alike: a task outside the cgroup's subtree is not the target.
+    let by_cgroup = follows_by_cgroup() && TRACE_ALL.load() == 0;
+    if by_cgroup && !in_target_cgroup(task) {
+        return Following::NotTarget;
+    }
     let (follow, decided) = follow_of(task);
     match follow {
         FOLLOWED => Following::Target,
         // A driver's own exit, and exitprof's, are never part of the target.
         DRIVER | EXCLUDED => Following::NotTarget,
-        // Its name is the target's: the walk only looked for exitprof's own mark.
-        _ if TRACE_ALL.load() != 0 || by_name => Following::Target,
+        // Its name (or cgroup) is the target's: the walk only looked for exitprof's own mark.
+        _ if TRACE_ALL.load() != 0 || by_name || by_cgroup => Following::Target,
         _ if decided => Following::NotTarget,
         _ => Following::Undecided,
     }

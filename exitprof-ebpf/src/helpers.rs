@@ -160,6 +160,24 @@ pub fn cgroup_hierarchy_and_id(cgroup: *const u8) -> (i32, u64) {
     (field(root, CGROUP_ROOT_HIERARCHY_ID_OFFSET.load()), field(kn, KERNFS_NODE_ID_OFFSET.load()))
 }
 
+/// The id of the ancestor at `level` of `task`'s cgroup of the v2 hierarchy
+/// (`task->cgroups->dfl_cgrp->ancestor_ids[level]`, v4.x to v5.19); 0 past its own level.
+#[cfg(feature = "compat")]
+#[inline(always)]
+pub fn dfl_cgroup_ancestor_id(task: Task, level: i32) -> u64 {
+    use crate::maps::{
+        CGROUP_ANCESTOR_IDS_OFFSET, CGROUP_LEVEL_OFFSET, CSS_SET_DFL_CGRP_OFFSET,
+        TASK_CGROUPS_OFFSET,
+    };
+    let css_set: *const u8 = task_field(task, TASK_CGROUPS_OFFSET.load());
+    let cgroup: *const u8 = field(css_set, CSS_SET_DFL_CGRP_OFFSET.load());
+    let own: i32 = field(cgroup, CGROUP_LEVEL_OFFSET.load());
+    if cgroup.is_null() || level < 0 || level > own {
+        return 0;
+    }
+    field(cgroup, CGROUP_ANCESTOR_IDS_OFFSET.load() + 8 * level as u32)
+}
+
 /// `task->__state` (`state` before 5.14), for `sched_switch` where it has no `prev_state`
 /// argument (before 5.18).
 #[cfg(feature = "compat")]

@@ -107,6 +107,27 @@ pub static TRACE_ALL: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static TARGET_COMM: Global<[u8; COMM_LEN]> = Global::new([0; COMM_LEN]);
 
+/// Record the exits of tasks in the cgroup of the v2 hierarchy of this id, or below it (0: off).
+#[unsafe(no_mangle)]
+pub static TARGET_CGROUP: Global<u64> = Global::new(0);
+
+/// `offsetof(struct task_struct, cgroups)`, `offsetof(struct css_set, dfl_cgrp)`,
+/// `offsetof(struct cgroup, level)` and `offsetof(struct cgroup, ancestor_ids)`: the compat
+/// object finds a task's v2 cgroup's ancestors without `bpf_get_current_ancestor_cgroup_id`,
+/// which tracing programs have since 5.14.
+#[cfg(feature = "compat")]
+#[unsafe(no_mangle)]
+pub static TASK_CGROUPS_OFFSET: Global<u32> = Global::new(0);
+#[cfg(feature = "compat")]
+#[unsafe(no_mangle)]
+pub static CSS_SET_DFL_CGRP_OFFSET: Global<u32> = Global::new(0);
+#[cfg(feature = "compat")]
+#[unsafe(no_mangle)]
+pub static CGROUP_LEVEL_OFFSET: Global<u32> = Global::new(0);
+#[cfg(feature = "compat")]
+#[unsafe(no_mangle)]
+pub static CGROUP_ANCESTOR_IDS_OFFSET: Global<u32> = Global::new(0);
+
 /// Kernel stacks walked per second and CPU, at most, where exits block (0: none). A walk costs
 /// microseconds; the budget keeps that bounded however many exits block.
 #[unsafe(no_mangle)]

@@ -326,6 +326,10 @@ pub struct TargetArgs {
     /// Watch every task whose name (comm, at most 15 bytes) is NAME.
     #[arg(long, value_name = "NAME", value_parser = parse_comm)]
     pub comm: Option<String>,
+    /// Watch every task in the cgroup at PATH of the cgroup v2 hierarchy (e.g. a container's
+    /// or a systemd service's), and in the cgroups below it.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
     /// Watch every exit on the machine (exitprof's own excepted).
     #[arg(long)]
     pub all: bool,
@@ -421,7 +425,7 @@ impl TargetKind {
             Self::Forks => "--workload fork, ipcns and netns",
             Self::Netns => "--workload netns",
             Self::Command => "-- CMD",
-            Self::Watch => "--pid, --comm and --all",
+            Self::Watch => "--pid, --comm, --cgroup and --all",
         }
     }
 }
@@ -438,6 +442,9 @@ impl RunArgs {
         }
         if let Some(comm) = &t.comm {
             return Target::Comm(comm.clone());
+        }
+        if let Some(path) = &t.cgroup {
+            return Target::Cgroup(path.clone());
         }
         if t.all {
             return Target::All;
@@ -459,7 +466,7 @@ impl RunArgs {
             Target::Storm(Storm::Netns(_)) => TargetKind::Netns,
             Target::Storm(_) => TargetKind::Forks,
             Target::Command(_) => TargetKind::Command,
-            Target::Pid(_) | Target::Comm(_) | Target::All => TargetKind::Watch,
+            Target::Pid(_) | Target::Comm(_) | Target::Cgroup(_) | Target::All => TargetKind::Watch,
         }
     }
 
@@ -631,6 +638,9 @@ pub struct ServeTargetArgs {
     /// Watch every task whose name (comm, at most 15 bytes) is NAME.
     #[arg(long, value_name = "NAME", value_parser = parse_comm)]
     pub comm: Option<String>,
+    /// Watch every task in the cgroup at PATH of the cgroup v2 hierarchy, and below it.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
     /// Watch an existing process and its descendants; serve ends when it exits.
     #[arg(long, value_name = "PID", value_parser = clap::value_parser!(u32).range(1..=i32::MAX as i64))]
     pub pid: Option<u32>,
@@ -763,10 +773,11 @@ impl ServeArgs {
     /// What `serve` is asked to do.
     pub fn request(&self) -> ServeRequest {
         let t = &self.target;
-        let target = match (t.pid, &t.comm) {
-            (Some(pid), _) => Target::Pid(pid),
-            (None, Some(comm)) => Target::Comm(comm.clone()),
-            (None, None) => Target::All,
+        let target = match (t.pid, &t.comm, &t.cgroup) {
+            (Some(pid), _, _) => Target::Pid(pid),
+            (None, Some(comm), _) => Target::Comm(comm.clone()),
+            (None, None, Some(path)) => Target::Cgroup(path.clone()),
+            (None, None, None) => Target::All,
         };
         ServeRequest {
             target,
@@ -1050,6 +1061,10 @@ mod tests {
         );
         assert_eq!(target(&["--pid", "42", "--duration", "1.5"]), Target::Pid(42));
         assert_eq!(target(&["--comm", "nginx"]), Target::Comm("nginx".into()));
+        assert_eq!(
+            target(&["--cgroup", "/sys/fs/cgroup/a"]),
+            Target::Cgroup("/sys/fs/cgroup/a".into())
+        );
         assert_eq!(target(&["--all"]), Target::All);
         let cli = parse(&["--all", "--duration", "0.25"]).unwrap();
         assert_eq!(cli.run.duration, Some(Duration::from_millis(250)));
@@ -1130,6 +1145,7 @@ mod tests {
         assert_eq!(default.probes.syscall_tracepoints, Some(false));
         assert!(!default.probes.block_stacks && default.probes.sample_hz == 0);
         assert_eq!(serve(&["--comm", "nginx"]).unwrap().target, Target::Comm("nginx".to_owned()));
+        assert_eq!(serve(&["--cgroup", "/a"]).unwrap().target, Target::Cgroup("/a".into()));
         let pid = serve(&["--pid", "7", "--listen", "[::]:9000"]).unwrap();
         assert_eq!((pid.target, pid.listen.port()), (Target::Pid(7), 9000));
         for (args, kind) in [

@@ -5,6 +5,7 @@
 mod support;
 
 mod bad_input;
+mod cgroup_target;
 mod compare;
 mod compat;
 mod conditions;

@@ -68,6 +68,59 @@ impl CgroupTree {
     }
 }
 
+/// `statfs`' `f_type` of the cgroup2 and cgroup (v1) filesystems (include/uapi/linux/magic.h).
+const CGROUP2_SUPER_MAGIC: i128 = 0x6367_7270;
+const CGROUP_SUPER_MAGIC: i128 = 0x0027_e0eb;
+
+/// Why `--cgroup PATH` names no cgroup of the v2 hierarchy; `mounted` says where this machine
+/// mounts that hierarchy.
+#[derive(Debug, thiserror::Error)]
+pub enum NotTargetCgroup {
+    #[error("--cgroup {path}: {error}")]
+    Unreadable { path: String, error: std::io::Error },
+    #[error(
+        "--cgroup {path} is a cgroup of a v1 hierarchy: exits are chosen by their cgroup of the \
+         v2 hierarchy{mounted}"
+    )]
+    V1 { path: String, mounted: String },
+    #[error(
+        "--cgroup {path} is not a cgroup: exits are chosen by their cgroup of the v2 \
+         hierarchy{mounted}"
+    )]
+    NotCgroup { path: String, mounted: String },
+    #[error("--cgroup {path} is a file of a cgroup, not a cgroup: give its directory")]
+    NotDirectory { path: String },
+}
+
+/// The id of the cgroup of the v2 hierarchy at `path` (its directory's inode number, the id
+/// the kernel gives it).
+pub fn target_cgroup(path: &Path) -> Result<u64, NotTargetCgroup> {
+    let shown = path.display().to_string();
+    let unreadable = |error| NotTargetCgroup::Unreadable { path: shown.clone(), error };
+    let meta = fs::metadata(path).map_err(unreadable)?;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|e| unreadable(std::io::Error::other(e)))?;
+    // SAFETY: a NUL-terminated path, and a zeroed statfs for the call to fill.
+    let mut fs_info: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; both outlive the call.
+    if unsafe { libc::statfs(c_path.as_ptr(), &raw mut fs_info) } != 0 {
+        return Err(unreadable(std::io::Error::last_os_error()));
+    }
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let mounted = match cgroup2_mount(&mounts) {
+        Some(root) => format!(", which this machine mounts at {}", root.display()),
+        None => ", which this machine does not mount".to_owned(),
+    };
+    // `f_type` is signed or not, and of one size or another, as the C library and the
+    // architecture have it.
+    match i128::from(fs_info.f_type) {
+        CGROUP2_SUPER_MAGIC if meta.is_dir() => Ok(meta.ino()),
+        CGROUP2_SUPER_MAGIC => Err(NotTargetCgroup::NotDirectory { path: shown }),
+        CGROUP_SUPER_MAGIC => Err(NotTargetCgroup::V1 { path: shown, mounted }),
+        _ => Err(NotTargetCgroup::NotCgroup { path: shown, mounted }),
+    }
+}
+
 /// Where `mounts` (as `/proc/self/mounts` lists them) has the v2 hierarchy: the unified mount of
 /// a v2-only host, or of a hybrid one (`/sys/fs/cgroup/unified`).
 fn cgroup2_mount(mounts: &str) -> Option<PathBuf> {
@@ -94,6 +147,21 @@ fn walk(root: &Path, dir: &Path, found: &mut HashMap<u64, String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The v2 hierarchy's root is a target; a directory that is no cgroup, and a cgroup's file,
+    /// are refused, each saying why.
+    #[test]
+    fn a_target_cgroup_is_a_directory_of_the_v2_hierarchy() {
+        let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+        let Some(root) = cgroup2_mount(&mounts) else { return };
+        assert_eq!(target_cgroup(&root).unwrap(), fs::metadata(&root).unwrap().ino());
+        let not = target_cgroup(Path::new("/tmp")).unwrap_err().to_string();
+        assert!(not.contains("is not a cgroup") && not.contains("mounts at"), "{not}");
+        let file = target_cgroup(&root.join("cgroup.procs")).unwrap_err().to_string();
+        assert!(file.contains("give its directory"), "{file}");
+        let gone = target_cgroup(&root.join("no-such-cgroup")).unwrap_err().to_string();
+        assert!(gone.contains("No such file"), "{gone}");
+    }
 
     #[test]
     fn the_v2_hierarchy_is_found_on_v2_only_and_hybrid_hosts() {

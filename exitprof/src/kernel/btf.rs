@@ -224,6 +224,13 @@ pub struct KernelLayout {
     pub cgroup_root_hierarchy_id: u32,
     pub cgroup_kn: u32,
     pub kernfs_node_id: u32,
+    /// `task_struct.cgroups`, `css_set.dfl_cgrp`, `cgroup.level` and `cgroup.ancestor_ids`
+    /// (v4.x to v5.19; 0 where the kernel has none): where the compat object finds a task's v2
+    /// cgroup's ancestors.
+    pub task_cgroups: u32,
+    pub css_set_dfl_cgrp: u32,
+    pub cgroup_level: u32,
+    pub cgroup_ancestor_ids: u32,
     /// `sched_process_exit(p, group_dead)` since v6.16; `(p)` before.
     pub exit_tp_group_dead: bool,
     /// Where an exit's network and user namespaces are found, and what their teardowns read.
@@ -282,6 +289,7 @@ impl KernelLayout {
             "work_struct",
             "cgroup",
             "cgroup_root",
+            "css_set",
             "kernfs_node",
             &exit_tp,
         ]);
@@ -308,6 +316,10 @@ impl KernelLayout {
             cgroup_root_hierarchy_id: btf.field_offset("cgroup_root", "hierarchy_id")?,
             cgroup_kn: btf.field_offset("cgroup", "kn")?,
             kernfs_node_id: btf.field_offset("kernfs_node", "id")?,
+            task_cgroups: task("cgroups")?,
+            css_set_dfl_cgrp: btf.field_offset("css_set", "dfl_cgrp")?,
+            cgroup_level: btf.field_offset("cgroup", "level")?,
+            cgroup_ancestor_ids: btf.field_offset("cgroup", "ancestor_ids").unwrap_or(0),
             exit_tp_group_dead: btf.tracepoint_arg_count("sched_process_exit") >= 2,
             namespaces: NamespaceLayout::read(btf)?,
         })

@@ -81,6 +81,37 @@ fn ensure_compat_can_follow(compat: bool, pidns_ino: u64) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// `--cgroup`'s cgroup (`options.target_cgroup`, 0: none), and the compat object's offsets of a task's
+/// v2 cgroup's ancestry, which it reads instead of the helper: `cgroup.ancestor_ids` (v4.x to
+/// v5.19), which kernels old enough for the compat object have.
+fn set_cgroup_target<'a>(
+    loader: &mut EbpfLoader<'a>,
+    layout: &'a KernelLayout,
+    options: &'a LoadOptions,
+    compat: bool,
+) -> anyhow::Result<()> {
+    loader.override_global(globals::TARGET_CGROUP, &options.target_cgroup, true);
+    if !compat {
+        return Ok(());
+    }
+    if options.target_cgroup != 0 && layout.cgroup_ancestor_ids == 0 {
+        bail!(
+            "--cgroup: this kernel needs exitprof's compat eBPF object, which finds a task's \
+             cgroups through `struct cgroup`'s ancestor_ids, and this kernel's has none"
+        );
+    }
+    loader
+        .override_global(compat_globals::TASK_CGROUPS_OFFSET, &layout.task_cgroups, true)
+        .override_global(compat_globals::CSS_SET_DFL_CGRP_OFFSET, &layout.css_set_dfl_cgrp, true)
+        .override_global(compat_globals::CGROUP_LEVEL_OFFSET, &layout.cgroup_level, true)
+        .override_global(
+            compat_globals::CGROUP_ANCESTOR_IDS_OFFSET,
+            &layout.cgroup_ancestor_ids,
+            true,
+        );
+    Ok(())
+}
+
 /// Load-time settings of the eBPF side.
 #[derive(Clone, Copy, Debug)]
 pub struct LoadOptions {
@@ -88,6 +119,8 @@ pub struct LoadOptions {
     pub trace_all: bool,
     /// Record the exits of tasks with this name (NUL-padded; all zero: none).
     pub target_comm: [u8; COMM_LEN],
+    /// Record the exits of tasks in the v2 cgroup of this id or below it (0: none).
+    pub target_cgroup: u64,
     /// Await and report the frees of a sample of recorded exits (a run's deferred work; serve
     /// reads none).
     pub await_frees: bool,
@@ -332,6 +365,7 @@ fn load_object(
     let failed = |e| Loading::Failed(explain(e));
     let mut loader = EbpfLoader::new();
     work.set(&mut loader, layout);
+    set_cgroup_target(&mut loader, layout, &options, compat).map_err(failed)?;
     let loaded = loader
         .btf(Some(btf))
         // Task storage, which aya loads without a typed wrapper of its own.

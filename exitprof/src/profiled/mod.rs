@@ -9,7 +9,7 @@
 pub mod watch;
 pub mod workload;
 
-use std::ffi::OsString;
+use std::{ffi::OsString, path::PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +24,8 @@ pub enum Target {
     Pid(u32),
     /// Tasks by name.
     Comm(String),
+    /// Tasks in a cgroup of the v2 hierarchy, or below it.
+    Cgroup(PathBuf),
     /// Every task.
     All,
 }

@@ -148,6 +148,7 @@ pub enum WorkloadDoc {
     Command { command: Vec<String> },
     Pid { pid: u32, duration_s: Option<f64> },
     Comm { comm: String, duration_s: Option<f64> },
+    Cgroup { cgroup: String, duration_s: Option<f64> },
     All { duration_s: Option<f64> },
 }
 
@@ -423,6 +424,9 @@ impl WorkloadDoc {
             },
             Target::Pid(pid) => Self::Pid { pid: *pid, duration_s },
             Target::Comm(comm) => Self::Comm { comm: comm.clone(), duration_s },
+            Target::Cgroup(path) => {
+                Self::Cgroup { cgroup: path.to_string_lossy().into_owned(), duration_s }
+            }
             Target::All => Self::All { duration_s },
         }
     }

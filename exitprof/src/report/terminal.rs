@@ -195,7 +195,10 @@ fn heading(w: &WorkloadDoc) -> &'static str {
         | WorkloadDoc::Ipcns(_)
         | WorkloadDoc::Netns(_) => "workload:",
         WorkloadDoc::Command { .. } => "command:",
-        WorkloadDoc::Pid { .. } | WorkloadDoc::Comm { .. } | WorkloadDoc::All { .. } => "watched:",
+        WorkloadDoc::Pid { .. }
+        | WorkloadDoc::Comm { .. }
+        | WorkloadDoc::Cgroup { .. }
+        | WorkloadDoc::All { .. } => "watched:",
     }
 }
 
@@ -235,6 +238,9 @@ pub fn describe(w: &WorkloadDoc) -> String {
         }
         WorkloadDoc::Comm { comm, duration_s } => {
             format!("tasks named {comm:?}{}", for_duration(duration_s))
+        }
+        WorkloadDoc::Cgroup { cgroup, duration_s } => {
+            format!("tasks in cgroup {cgroup} and below it{}", for_duration(duration_s))
         }
         WorkloadDoc::All { duration_s } => {
             format!("every exit on the machine{}", for_duration(duration_s))

@@ -13,7 +13,10 @@ use exitprof_common::{names, sizes::COMM_LEN, task};
 
 use crate::{
     base::{UsageError, pidfd::PidFd},
-    groups::{GroupBy, cgroupfs::CgroupTree},
+    groups::{
+        GroupBy,
+        cgroupfs::{self, CgroupTree},
+    },
     kernel::{KernelFacts, bpf_object::BpfObject, kallsyms::Kallsyms, tracefs},
     probes::{
         ProbeOptions,
@@ -63,6 +66,7 @@ pub fn loaded_object(
     let options = LoadOptions {
         trace_all: false,
         target_comm: [0; COMM_LEN],
+        target_cgroup: 0,
         await_frees: true,
         ringbuf_bytes: 1 << 20,
         exit_slots: 1 << 10,
@@ -76,6 +80,8 @@ pub enum Prepared {
     Workload(Workload),
     Pid(u32),
     Comm([u8; COMM_LEN]),
+    /// The id of a cgroup of the v2 hierarchy.
+    Cgroup(u64),
     All,
 }
 
@@ -129,6 +135,10 @@ pub fn prepare(target: &Target) -> anyhow::Result<(Prepared, Option<f64>)> {
             let mut comm = [0; COMM_LEN];
             comm[..name.len()].copy_from_slice(name.as_bytes());
             Ok((Prepared::Comm(comm), None))
+        }
+        Target::Cgroup(path) => {
+            let id = cgroupfs::target_cgroup(path).map_err(|e| UsageError(e.to_string()))?;
+            Ok((Prepared::Cgroup(id), None))
         }
         Target::All => Ok((Prepared::All, None)),
     }
@@ -275,6 +285,10 @@ pub fn load_options(prepared: &Prepared, request: &RunRequest) -> LoadOptions {
             Prepared::Comm(comm) => *comm,
             _ => [0; COMM_LEN],
         },
+        target_cgroup: match prepared {
+            Prepared::Cgroup(id) => *id,
+            _ => 0,
+        },
         await_frees: true,
         ringbuf_bytes: request.ringbuf_bytes.unwrap_or_else(|| ringbuf_bytes_for(prepared)),
         exit_slots: request.exit_slots.unwrap_or_else(|| exit_slots_for(prepared)),
@@ -335,9 +349,10 @@ pub fn start(
             });
             Ok(Started { stop, killer: None })
         }
-        Prepared::Comm(_) | Prepared::All => {
+        Prepared::Comm(_) | Prepared::Cgroup(_) | Prepared::All => {
             let what = match target {
                 Target::Comm(name) => format!("tasks named {name:?}"),
+                Target::Cgroup(path) => format!("tasks in cgroup {} and below it", path.display()),
                 _ => "every exit on the machine".to_owned(),
             };
             eprintln!("exitprof: watching {what}{}", until(duration, ""));

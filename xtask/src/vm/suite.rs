@@ -62,6 +62,9 @@ pub const GUEST_TESTS: &[GuestTests] = &[
     // The compat object forced beside the object the kernel chooses: every exit accounted, the
     // same measures.
     GuestTests { name: "compat", attach: "auto", args: &["compat::"] },
+    // --cgroup, decided in the kernel by the exiting task's cgroup ancestry: by the helper in
+    // the default object, by `cgroup.ancestor_ids` in the compat one (5.10).
+    GuestTests { name: "cgroup-target", attach: "auto", args: &["cgroup_target::"] },
     // arm64's share: the ground truth of the teardowns alone, in each mode.
     GuestTests { name: "teardowns-kprobe", attach: "kprobe", args: TEARDOWNS },
     GuestTests { name: "teardowns-fentry", attach: "fentry", args: TEARDOWNS },

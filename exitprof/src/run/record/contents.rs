@@ -101,6 +101,10 @@ pub enum TargetDoc {
     Comm {
         comm: String,
     },
+    /// The cgroup's path's bytes.
+    Cgroup {
+        path: Vec<u8>,
+    },
     All,
 }
 
@@ -227,6 +231,7 @@ impl TargetDoc {
             }
             Target::Pid(pid) => Self::Pid { pid: *pid },
             Target::Comm(comm) => Self::Comm { comm: comm.clone() },
+            Target::Cgroup(path) => Self::Cgroup { path: path.as_os_str().as_bytes().to_vec() },
             Target::All => Self::All,
         }
     }
@@ -242,6 +247,7 @@ impl TargetDoc {
             }
             Self::Pid { pid } => Target::Pid(pid),
             Self::Comm { comm } => Target::Comm(comm),
+            Self::Cgroup { path } => Target::Cgroup(OsString::from_vec(path).into()),
             Self::All => Target::All,
         }
     }
