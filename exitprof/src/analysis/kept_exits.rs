@@ -125,6 +125,9 @@ impl KeptExits {
         self.hand_on(exits, joined, true)
     }
 
+    /// Hands `exits` on, remembering them for their teardowns; holds the teardowns joined
+    /// since the last pass that are to be shown, and hands on those held long enough (all of
+    /// them with `all`).
     fn hand_on(&mut self, exits: Vec<KeptExit>, joined: &[Joined], all: bool) -> Ready {
         for kept in &exits {
             if let Some(key) = kept.exit.key() {
@@ -145,7 +148,7 @@ impl KeptExits {
                 || self.held.iter().any(|(k, _)| k.exit.key() == Some(key));
             let slow = matches!(self.pick, Pick::SlowerThan(ns) if j.torn.share_ns >= ns);
             if of_kept || slow {
-                self.held_teardowns.push((*j, if all { HOLD_PASSES } else { 0 }));
+                self.held_teardowns.push((*j, 0));
             }
         }
         let ready = if all {
