@@ -92,11 +92,13 @@ counts! {
             "Exits lost because both slots they could take were held by other exits in \
              progress (--exit-slots).";
         /// An exit whose following could not be decided (no mark within the generations of
-        /// ancestors looked through), and that nothing else chose: counted once, as
+        /// ancestors looked through, of a process older than the target's marks, or one created
+        /// below such a process), and that nothing else chose: counted once, as
         /// `STATE_FULL`.
         FOLLOW_UNKNOWN: ExitLost, "follow_unknown", "exits not known to be followed",
             "Exits lost because whether they are followed could not be decided: no mark within \
-             the generations of ancestors looked through (64; 24 with the compat object).";
+             the generations of ancestors looked through (64; 24 with the compat object) of a \
+             process already there when the target's marks were set.";
         /// A deferred-work record that did not fit in its ring buffer.
         DEFERRED_RINGBUF_FULL: PartLost, "deferred_ringbuf_full", "deferred-work records dropped",
             "Records of deferred work (IPC namespace frees, reaps, task frees) dropped because \
@@ -171,6 +173,14 @@ counts! {
         STALE_REFUSALS: Diagnostic, "stale_refusals", "refusals found stale",
             "Refusals of lost exits found at the address of another task (the refused task's \
              end and free both went unseen), forgotten then: the new exit is recorded or lost.";
+        /// A process created during a run whose decision (followed or not) could not be kept
+        /// (its mark could not be made: the compat object's map of marks was full): from then on
+        /// processes are no longer decided as they are created, and exits deeper than the walk
+        /// up the ancestry may be counted `FOLLOW_UNKNOWN`.
+        MARKS_NOT_INHERITED: Diagnostic, "marks_not_inherited", "processes created undecided",
+            "Processes created during the run whose parent's mark could not be passed on (the \
+             map of marks was full): from then on exits are decided by the walk up the ancestry \
+             alone, and those deeper than it are lost as follow_unknown.";
     }
     userspace {
         /// An exit record that could not be decoded.

@@ -42,6 +42,9 @@ pub mod maps {
         /// Settings changed while the programs run (slot 0: stop opening exit records; slot 1:
         /// the run's number, which each exit record carries).
         CONTROL,
+        /// Since when (boot-time clock, ns) processes are decided followed or not as they are
+        /// created (0: none is), a one-slot array.
+        DECIDED_SINCE,
     }
 }
 
@@ -79,6 +82,8 @@ pub mod globals {
         TASK_GROUP_LEADER_OFFSET,
         /// `offsetof(struct task_struct, real_parent)`.
         TASK_REAL_PARENT_OFFSET,
+        /// `offsetof(struct task_struct, start_boottime)`.
+        TASK_START_BOOTTIME_OFFSET,
         /// `EXIT_SLOTS`' size less one.
         EXIT_SLOT_MASK,
         /// `offsetof(struct task_struct, signal)`.
@@ -136,8 +141,6 @@ pub mod compat_globals {
     names! {
         /// `offsetof(struct task_struct, __state)` (`state` before 5.14).
         TASK_STATE_OFFSET,
-        /// `offsetof(struct task_struct, start_boottime)`.
-        TASK_START_BOOTTIME_OFFSET,
         /// Nanoseconds of a clock tick (`USER_HZ`), as `/proc/PID/stat` counts start times.
         NS_PER_TICK,
         /// `offsetof(struct task_struct, cgroups)`, `offsetof(struct css_set, dfl_cgrp)`,
@@ -248,6 +251,11 @@ pub mod programs {
     /// `tp_btf/sched_process_exec`: passes a process's mark on to the thread that takes it
     /// over by exec.
     pub const SCHED_PROCESS_EXEC: &str = "sched_process_exec";
+    /// `tp_btf/sched_process_fork`: decides a process created during a run as its parent is.
+    pub const SCHED_PROCESS_FORK: &str = "sched_process_fork";
+    /// The programs that keep the marks of followed processes, each at the BTF tracepoint of
+    /// its name, loaded and attached whatever the plan: exec takeover's and creation's.
+    pub const FOLLOW: [&str; 2] = [SCHED_PROCESS_EXEC, SCHED_PROCESS_FORK];
     /// `tp_btf/cgroup_mkdir` and `tp_btf/cgroup_rmdir`: the paths of cgroups made and removed.
     pub const CGROUP_MKDIR: &str = "cgroup_mkdir";
     pub const CGROUP_RMDIR: &str = "cgroup_rmdir";

@@ -1,8 +1,9 @@
 //! How tasks are followed. Userspace marks the processes it starts or watches, through their
 //! pidfds, in their task-local storage (`BPF_MAP_TYPE_TASK_STORAGE`): a mark lives and dies with
 //! its task, so nothing here is keyed by pid, and PID namespaces and pid reuse do not matter.
-//! The kernel side never creates a mark: when a task starts to exit, it looks for the nearest
-//! mark among the task, its thread-group leader and their ancestors.
+//! When a task starts to exit, the kernel side looks for the nearest mark among the task, its
+//! thread-group leader and their ancestors. It marks a process itself as it is created during a
+//! run (with its parent's decision), and as a thread takes it over by exec.
 
 /// Not followed (the exit may still be chosen by name, or by `--all`).
 pub const FOLLOW_NONE: u32 = 0;
@@ -15,12 +16,17 @@ pub const DRIVER: u32 = 2;
 /// exitprof itself: never recorded, nor are its threads and the children it does not mark
 /// otherwise, whatever else is followed (`--all`, `--comm`).
 pub const EXCLUDED: u32 = 3;
+/// Set by the kernel side only, on a process created during a run by a parent whose following
+/// could not be decided (no mark within the generations of ancestors looked through): its exits
+/// and its descendants' are counted lost, as not known to be followed.
+pub const UNDECIDED: u32 = 4;
 
 /// A task's mark, in its local storage.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct TaskMark {
-    /// How the task and its descendants are followed: `FOLLOWED`, `DRIVER` or `EXCLUDED`.
+    /// How the task and its descendants are followed: `FOLLOWED`, `DRIVER`, `EXCLUDED` or
+    /// `UNDECIDED`.
     pub follow: u32,
 }
 

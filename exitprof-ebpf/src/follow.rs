@@ -1,7 +1,13 @@
 //! Which exits are recorded. Userspace marks the tasks it follows in their local storage; an
-//! exit is followed as its nearest marked ancestor says. Nothing is done when tasks are created:
-//! the fork path of a storm pays nothing, and the walk happens once, where an exit starts. The
-//! kernel side marks a task in one case only: a thread that takes its process over by exec.
+//! exit is followed as its nearest marked ancestor says, found by a walk up the ancestry where
+//! the exit starts. The walk is bounded ([`ANCESTRY_DEPTH`]): a process deeper than that below
+//! every mark could not be told followed or not. So, while a target is followed by its marks
+//! (`--pid`, a workload: not `--all` nor `--comm`), a process created since its marks were set
+//! ([`DECIDED_SINCE`]) is decided as it is created ([`sched_process_fork`]): it takes its
+//! parent's mark, or none, and an unmarked process born since then is not followed, however
+//! deep. Threads need nothing there (marks are on leaders), and a thread storm's creation pays
+//! one tracepoint program that returns at once. The kernel side also marks a thread that takes
+//! its process over by exec.
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
@@ -12,14 +18,14 @@ use aya_ebpf::{
 use exitprof_common::{
     counters,
     sizes::COMM_LEN,
-    task::{DRIVER, EXCLUDED, FOLLOW_NONE, FOLLOWED, inherited},
+    task::{DRIVER, EXCLUDED, FOLLOW_NONE, FOLLOWED, UNDECIDED, inherited},
 };
 
 use crate::{
     cgroups::{follows_by_cgroup, in_target_cgroup},
     helpers::{
-        self, EEXIST, exec_thread_pid, group_leader, group_live, real_parent, signal_of, task_comm,
-        task_pid_tgid,
+        self, EEXIST, exec_thread_pid, group_leader, group_live, is_exiting, real_parent,
+        signal_of, start_boottime, task_comm, task_pid_tgid,
     },
     maps::{TARGET_COMM, TRACE_ALL, add, count},
     marks::{mark, set_mark},
@@ -28,8 +34,9 @@ use crate::{
 
 /// Generations of parents looked through for a mark: many times what a storm (1), a build under
 /// a shell (some 5) or a container's tree (some 10) needs. The walk stops at the first mark or at
-/// the root, so only a tree this deep costs this many steps. A walk that runs out leaves its
-/// exit undecided: counted lost (`FOLLOW_UNKNOWN`) unless something else chooses it.
+/// the root, or at a process decided as it was created, so only a tree this deep that was there
+/// before the run costs this many steps. A walk that runs out leaves its exit undecided:
+/// counted lost (`FOLLOW_UNKNOWN`) unless something else chooses it.
 #[cfg(not(feature = "compat"))]
 const ANCESTRY_DEPTH: u32 = 64;
 
@@ -43,8 +50,9 @@ const ANCESTRY_DEPTH: u32 = 24;
 pub enum Following {
     Target,
     NotTarget,
-    /// No mark was found within [`ANCESTRY_DEPTH`] generations, and neither `--all`, `--comm`
-    /// nor `--cgroup` chose it (`--comm` and `--cgroup` decide every exit): it may have
+    /// No mark was found within [`ANCESTRY_DEPTH`] generations (here or, for a process created
+    /// during the run, where its creation was decided: `UNDECIDED`), and neither `--all`,
+    /// `--comm` nor `--cgroup` chose it (`--comm` and `--cgroup` decide every exit): it may have
     /// descended from a followed process.
     Undecided,
 }
@@ -70,14 +78,16 @@ pub fn following(task: Task) -> Following {
         DRIVER | EXCLUDED => Following::NotTarget,
         // Its name (or cgroup) is the target's: the walk only looked for exitprof's own mark.
         _ if TRACE_ALL.load() != 0 || by_name || by_cgroup => Following::Target,
+        UNDECIDED => Following::Undecided,
         _ if decided => Following::NotTarget,
         _ => Following::Undecided,
     }
 }
 
 /// How `task` is followed: by its own mark, else as its thread-group leader's mark or the one of
-/// the nearest marked ancestor of that leader says; and whether that was decided (a mark, or the
-/// root of every tree, was reached). Marks are on leaders only (userspace marks processes through
+/// the nearest marked ancestor of that leader says; and whether that was decided (a mark, the
+/// root of every tree, or an unmarked leader created since [`DECIDED_SINCE`] was reached: no
+/// mark is coming from further up). Marks are on leaders only (userspace marks processes through
 /// pidfds, which name leaders), so only leaders are looked at: the parent (`real_parent`, the
 /// thread that created the process) counts through its leader. An orphan that was reparented
 /// outside the marked tree is not followed any more.
@@ -87,12 +97,22 @@ fn follow_of(task: Task) -> (u32, bool) {
     if pid == tgid
         && let Some(mark) = mark(task)
     {
-        note_heir(task, mark);
+        if others_live(task) {
+            note_heir(task, mark);
+        }
         return (mark, true);
     }
-    let mut walk = Walk { leader: group_leader(task), follow: FOLLOW_NONE, done: 0 };
-    // Most exits have their answer one generation up (a storm's threads in their process's mark,
-    // forked children in their parent's): that one is looked at without the loop's call.
+    walk_from(group_leader(task), decided_since())
+}
+
+/// How a leader and its descendants are followed, as the nearest mark among it and its
+/// ancestors says, and whether that was decided; `since` is [`decided_since`].
+#[inline(always)]
+fn walk_from(leader: Task, since: u64) -> (u32, bool) {
+    let mut walk = Walk { leader, since, follow: FOLLOW_NONE, done: 0 };
+    // Most walks have their answer at once (a storm's threads in their process's mark, a
+    // process decided as it was created in its own): that one is looked at without the loop's
+    // call.
     if !step(&mut walk) {
         helpers::walk(ANCESTRY_DEPTH, &mut walk);
     }
@@ -104,6 +124,8 @@ fn follow_of(task: Task) -> (u32, bool) {
 struct Walk {
     /// The leader to look at next.
     leader: Task,
+    /// [`decided_since`], read once.
+    since: u64,
     /// What the walk found (`FOLLOW_NONE` until it finds a mark).
     follow: u32,
     /// Non-zero once the walk has its answer: a mark, or the root of every tree.
@@ -124,6 +146,11 @@ fn step(walk: &mut Walk) -> bool {
         walk.done = 1;
         return true;
     }
+    // Created since the target's marks were set, and left unmarked then: not followed.
+    if walk.since != 0 && start_boottime(walk.leader) >= walk.since {
+        walk.done = 1;
+        return true;
+    }
     let parent = real_parent(walk.leader);
     // The idle task (pid 0) is its own parent, the root of every tree.
     if task_pid_tgid(parent).0 == 0 {
@@ -132,6 +159,74 @@ fn step(walk: &mut Walk) -> bool {
     }
     walk.leader = group_leader(parent);
     false
+}
+
+/// Since when (the kernel's boot-time clock, `start_boottime`'s, in ns) every process created is
+/// decided as it is created ([`sched_process_fork`]); 0: none is. Userspace sets it once the
+/// target's marks are set (a process created before then may have been created by an unmarked
+/// parent about to be marked), and clears it as a run begins; the kernel side clears it when a
+/// decision cannot be kept (a mark not made): from then on exits walk up their ancestry, as
+/// before, and a walk that runs out counts its exit lost.
+#[map]
+static DECIDED_SINCE: Array<u64> = Array::with_max_entries(1, 0);
+
+/// [`DECIDED_SINCE`].
+#[inline(always)]
+fn decided_since() -> u64 {
+    // SAFETY: an array slot; an aligned 8-byte load is atomic.
+    DECIDED_SINCE.get_ptr(0).map_or(0, |since| unsafe { core::ptr::read_volatile(since) })
+}
+
+/// `sched_process_fork(struct task_struct *parent, struct task_struct *child)` (after
+/// `copy_process`, which stamped the child's `start_boottime`, and before the child first
+/// runs): while processes are decided as they are created ([`DECIDED_SINCE`]), a new process
+/// takes the decision of its parent (`real_parent`'s leader, which `CLONE_PARENT` makes the
+/// creator's parent): the parent's own mark (as [`inherited`] passes it on); none for an
+/// unmarked parent created since then (not followed); for an unmarked parent older than that,
+/// the walk's answer, `UNDECIDED` where the walk runs out. A new thread needs nothing: it is
+/// followed as its leader is.
+#[btf_tracepoint]
+pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
+    let since = decided_since();
+    if since == 0 {
+        return 0;
+    }
+    let child: Task = ctx.arg(1);
+    let (pid, tgid) = task_pid_tgid(child);
+    if pid != tgid {
+        return 0;
+    }
+    let follow = match walk_from(group_leader(real_parent(child)), since) {
+        (follow, true) => follow,
+        (_, false) => UNDECIDED,
+    };
+    if follow != FOLLOW_NONE && !set_mark(child, follow) {
+        // Left unmarked, the child would be taken for one not followed: creation no longer
+        // decides, and its exit (and every later one) walks up its ancestry instead.
+        stop_deciding();
+        count(counters::MARKS_NOT_INHERITED);
+    }
+    0
+}
+
+/// Clears [`DECIDED_SINCE`].
+#[inline(always)]
+fn stop_deciding() {
+    if let Some(since) = DECIDED_SINCE.get_ptr_mut(0) {
+        // SAFETY: an array slot; an aligned 8-byte store is atomic.
+        unsafe { core::ptr::write_volatile(since, 0) };
+    }
+}
+
+/// Whether a thread of `task`'s group other than `task` (which is exiting) may be alive: only
+/// one can take the process over by exec. `signal->live` counts `task` until `do_exit` takes
+/// it out, right after setting `PF_EXITING` (in that instant it counts `task` twice over:
+/// harmless, a mark noted for nothing is dropped at the exit's end). Most marked leaders that
+/// exit are processes of one thread, decided as they were created: no mark waits for them.
+#[inline(always)]
+fn others_live(task: Task) -> bool {
+    let own = i32::from(!is_exiting(task));
+    group_live(task).is_none_or(|live| live > own)
 }
 
 /// A marked leader exits. Its process may live on in its other threads, and one of them may

@@ -186,12 +186,18 @@ pub fn task_state(task: Task) -> u32 {
     task_field(task, crate::maps::TASK_STATE_OFFSET.load())
 }
 
+/// When `task` started (`task->start_boottime`), in ns of the boot-time clock; a thread that
+/// takes its process over by exec gets its leader's (`de_thread`).
+#[inline(always)]
+pub fn start_boottime(task: Task) -> u64 {
+    task_field(task, crate::maps::TASK_START_BOOTTIME_OFFSET.load())
+}
+
 /// When `task` started, in clock ticks since boot, as `/proc/PID/stat` says it.
 #[cfg(feature = "compat")]
 #[inline(always)]
 pub fn start_ticks(task: Task) -> u64 {
-    let ns: u64 = task_field(task, crate::maps::TASK_START_BOOTTIME_OFFSET.load());
-    ns / crate::maps::NS_PER_TICK.load().max(1)
+    start_boottime(task) / crate::maps::NS_PER_TICK.load().max(1)
 }
 
 /// `task->signal`'s address, which the threads of a process share and keep across an exec.

@@ -191,11 +191,13 @@ pub static SIGNAL_GROUP_EXEC_TASK_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static TASK_STATE_OFFSET: Global<u32> = Global::new(0);
 
-/// `offsetof(struct task_struct, start_boottime)`, and the nanoseconds of a clock tick
-/// (`USER_HZ`): the compat object checks a process's mark against its start time.
-#[cfg(feature = "compat")]
+/// `offsetof(struct task_struct, start_boottime)`: which processes were created since the
+/// target's marks were set (`crate::follow`), and the compat object checks a process's mark
+/// against its start time.
 #[unsafe(no_mangle)]
 pub static TASK_START_BOOTTIME_OFFSET: Global<u32> = Global::new(0);
+
+/// The nanoseconds of a clock tick (`USER_HZ`), as `/proc/PID/stat` counts start times.
 #[cfg(feature = "compat")]
 #[unsafe(no_mangle)]
 pub static NS_PER_TICK: Global<u64> = Global::new(10_000_000);

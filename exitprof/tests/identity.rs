@@ -2,9 +2,14 @@
 //! (the last or only thread) reported apart, and a thread that execs (the kernel's de_thread
 //! gives it the leader's pid) recorded as the exits that really happen.
 
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    process::{Command, Stdio},
+};
+
 use serde_json::Value;
 
-use crate::support::{Watcher, attach_mode, c_program, num, require_root, run_json};
+use crate::support::{KilledOnDrop, Watcher, attach_mode, c_program, num, require_root, run_json};
 
 /// `by_kind` as (kind, exits) pairs.
 fn kinds(doc: &Value) -> Vec<(String, f64)> {
@@ -93,7 +98,7 @@ const DEEP: u32 = 100;
 fn watching_all_exits_counts_none_of_a_deep_tree_as_unknown() {
     require_root();
     let watcher = Watcher::start(&["--all", "--duration", "3"]);
-    let status = std::process::Command::new(c_program("deep_tree"))
+    let status = Command::new(c_program("deep_tree"))
         .arg(DEEP.to_string())
         .status()
         .expect("deep_tree runs");
@@ -113,7 +118,7 @@ fn watching_by_name_counts_no_exit_of_another_name_as_lost() {
     require_root();
     let name = format!("xn{}", std::process::id());
     let watcher = Watcher::start(&["--comm", &name, "--duration", "3"]);
-    let status = std::process::Command::new(c_program("deep_tree"))
+    let status = Command::new(c_program("deep_tree"))
         .arg(DEEP.to_string())
         .status()
         .expect("deep_tree runs");
@@ -123,7 +128,7 @@ fn watching_by_name_counts_no_exit_of_another_name_as_lost() {
     let named = dir.path().join(&name);
     std::os::unix::fs::symlink("/bin/true", &named).unwrap();
     for _ in 0..3 {
-        assert!(std::process::Command::new(&named).status().expect("true runs").success());
+        assert!(Command::new(&named).status().expect("true runs").success());
     }
     let doc = watcher.finish();
     assert_eq!(num(&doc["losses"], "follow_unknown"), 0.0, "{}", doc["losses"]);
@@ -131,25 +136,66 @@ fn watching_by_name_counts_no_exit_of_another_name_as_lost() {
     assert_eq!(num(&doc, "exits_recorded"), 3.0, "{}", doc["losses"]);
 }
 
-/// A process deeper than the walk up the ancestry, whose exits cannot be told followed or not
-/// (refused, counted lost), where a thread execs: the kernel's de_thread ends the leader and,
-/// before the leader's last points, gives it the execing thread's pid. Each exit is counted
-/// once: the leader's refusal, by its pid before the exec, is still its own after it.
+/// Watching a process (`--pid`), exits are told followed or not however deep their tree: a
+/// chain deeper than the walk up the ancestry that runs beside it is neither recorded nor lost
+/// (it was counted "not known to be followed"), and a chain as deep that the watched process
+/// starts is recorded whole. Both are born during the run: their following is decided as they
+/// are created.
+#[test]
+fn watching_a_process_decides_deep_chains_born_during_the_run() {
+    require_root();
+    let deep = c_program("deep_tree");
+    // The watched process waits for a line, then becomes the top of a chain of DEEP processes.
+    let script = format!("read go && exec {} {DEEP}", deep.display());
+    let target = Command::new("/bin/sh")
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("sh starts");
+    let mut target = KilledOnDrop::new(target);
+    let pid = target.id().to_string();
+    let watcher = Watcher::start(&["--attach", &attach_mode(), "--pid", &pid]);
+    let status = Command::new(&deep).arg(DEEP.to_string()).status().expect("deep_tree runs");
+    assert!(status.success(), "the unrelated deep_tree {DEEP} failed: {status}");
+    target.child().stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let status = target.take().wait().unwrap();
+    assert!(status.success(), "the watched deep_tree {DEEP} failed: {status}");
+    let doc = watcher.finish();
+    let losses = &doc["losses"];
+    assert_eq!(num(losses, "follow_unknown"), 0.0, "{losses}");
+    assert_eq!(num(&doc, "lost"), 0.0, "{losses}");
+    // The watched chain's every process, and none of the other chain's.
+    assert_eq!(num(&doc, "exits_recorded"), f64::from(DEEP), "{}", doc["by_kind"]);
+}
+
+/// A process deeper than the walk up the ancestry below the watched one, and there before the
+/// run (so not decided as it was created), whose exits cannot be told followed or not (refused,
+/// counted lost), where a thread execs: the kernel's de_thread ends the leader and, before the
+/// leader's last points, gives it the execing thread's pid. Each exit is counted once: the
+/// leader's refusal, by its pid before the exec, is still its own after it.
 #[test]
 fn a_refused_leader_whose_pid_an_exec_takes_is_lost_once() {
     require_root();
     let deep = c_program("deep_tree");
     let thread_execs = c_program("thread_execs");
-    let depth = "80";
-    let doc = run_json(&[
-        "--attach",
-        &attach_mode(),
-        "--",
-        deep.to_str().unwrap(),
-        depth,
-        thread_execs.to_str().unwrap(),
-        "/bin/true",
-    ]);
+    // The chain's deepest process says it is there, waits for a line, and execs thread_execs.
+    let script = format!("echo ready && read go && exec {} /bin/true", thread_execs.display());
+    let chain = Command::new(&deep)
+        .args(["80", "/bin/sh", "-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("deep_tree starts");
+    let mut chain = KilledOnDrop::new(chain);
+    let mut ready = String::new();
+    BufReader::new(chain.child().stdout.take().unwrap()).read_line(&mut ready).unwrap();
+    assert_eq!(ready, "ready\n", "the chain's deepest process");
+    let top = chain.id().to_string();
+    let watcher = Watcher::start(&["--attach", &attach_mode(), "--pid", &top]);
+    chain.child().stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let status = chain.take().wait().unwrap();
+    assert!(status.success(), "deep_tree 80 failed: {status}");
+    let doc = watcher.finish();
     // The chain's 79 processes that exit, the leader the exec ends, and /bin/true's process.
     let exits = 79.0 + 2.0;
     let (recorded, lost) = (num(&doc, "exits_recorded"), num(&doc, "lost"));

@@ -184,8 +184,8 @@ impl Probes {
     }
 }
 
-/// The kernel types the loader looks up to load `plan`'s programs, and the one that follows a
-/// process through an exec that takes it over: what [`KernelFacts::planned`] keeps of the
+/// The kernel types the loader looks up to load `plan`'s programs, and the follow programs
+/// (`programs::FOLLOW`): what [`KernelFacts::planned`] keeps of the
 /// kernel's BTF.
 pub fn loader_types(plan: &Plan) -> Vec<LoaderType<'_>> {
     plan.points
@@ -195,12 +195,11 @@ pub fn loader_types(plan: &Plan) -> Vec<LoaderType<'_>> {
             How::Fentry => Some(LoaderType::Function(&p.target)),
             How::Kprobe | How::Tracepoint => None,
         })
-        .chain([LoaderType::Tracepoint(programs::SCHED_PROCESS_EXEC)])
+        .chain(programs::FOLLOW.map(LoaderType::Tracepoint))
         .collect()
 }
 
-/// Loads the object and attaches the plan's programs, and the one that follows a process
-/// through an exec that takes it over. Where the kernel rejects the default object, the compat
+/// Loads the object and attaches the plan's programs, and the follow programs. Where the kernel rejects the default object, the compat
 /// one is loaded instead ([`load_verified`]).
 pub fn load_and_attach(
     plan: &Plan,
@@ -380,6 +379,7 @@ fn load_object(
         .override_global(globals::TASK_FLAGS_OFFSET, &layout.task_flags, true)
         .override_global(globals::TASK_GROUP_LEADER_OFFSET, &layout.task_group_leader, true)
         .override_global(globals::TASK_REAL_PARENT_OFFSET, &layout.task_real_parent, true)
+        .override_global(globals::TASK_START_BOOTTIME_OFFSET, &layout.task_start_boottime, true)
         .override_global(globals::TASK_SIGNAL_OFFSET, &layout.task_signal, true)
         .override_global(globals::SIGNAL_LIVE_OFFSET, &layout.signal_live, true)
         .override_global(
@@ -406,11 +406,6 @@ fn load_object(
         .override_global(globals::KERNFS_NODE_ID_OFFSET, &layout.kernfs_node_id, true)
         // The compat object's own settings.
         .override_global(compat_globals::TASK_STATE_OFFSET, &layout.task_state, compat)
-        .override_global(
-            compat_globals::TASK_START_BOOTTIME_OFFSET,
-            &layout.task_start_boottime,
-            compat,
-        )
         .override_global(compat_globals::NS_PER_TICK, &ns_per_tick(), compat)
         .override_global(globals::EXIT_SLOT_MASK, &(options.exit_slots - 1), true)
         .map_max_entries(maps::EXITS, max_entries[maps::EXITS])
@@ -472,7 +467,8 @@ fn programs_loaded(plan: &Plan, compat: bool, options: LoadOptions) -> Vec<&'sta
 }
 
 /// The tracing programs loaded for `plan`, each with how and where it is attached later: the
-/// plan's, exec takeover's, and a test's program the verifier rejects where one is asked for.
+/// plan's, the follow programs (exec's and fork's), and a test's program the verifier rejects
+/// where one is asked for.
 fn wanted_programs(plan: &Plan, compat: bool) -> Vec<(&'static str, How, &str)> {
     let mut wanted: Vec<(&str, How, &str)> = Vec::new();
     for planned in &plan.points {
@@ -480,7 +476,7 @@ fn wanted_programs(plan: &Plan, compat: bool) -> Vec<(&'static str, How, &str)> 
             wanted.push((program, planned.how, &planned.target));
         }
     }
-    wanted.push((programs::SCHED_PROCESS_EXEC, How::BtfTracepoint, programs::SCHED_PROCESS_EXEC));
+    wanted.extend(programs::FOLLOW.map(|program| (program, How::BtfTracepoint, program)));
     // Points that share a program and its target (the workqueue tracepoints standing in for
     // several work functions) load it once.
     let mut seen = HashSet::new();
@@ -528,8 +524,8 @@ fn lock_memory(
     }
 }
 
-/// Loads every program `plan` attaches in the object, exec takeover's, and the sampler's where
-/// it samples (`sampler`).
+/// Loads every program `plan` attaches in the object, the follow programs, and the sampler's
+/// where it samples (`sampler`).
 fn load_programs(
     ebpf: &mut Ebpf,
     plan: &Plan,
@@ -677,7 +673,7 @@ struct Attacher<'a> {
 
 impl Attacher<'_> {
     /// Attaches the plan's programs, the end of an exit and the free of its task first; then
-    /// exec takeover's, and the sampler.
+    /// the follow programs (exec's and fork's), and the sampler.
     fn attach_plan(&mut self, plan: &Plan) -> anyhow::Result<()> {
         // The end of an exit and the free of its task first: no state is kept for an exit whose end
         // or free would go unseen. (Attached after a point that refuses exits, the free missed the
@@ -690,10 +686,11 @@ impl Attacher<'_> {
                 })?;
             }
         }
-        let exec = programs::SCHED_PROCESS_EXEC;
-        self.attach(exec, How::BtfTracepoint, exec, false).context(
-            "attaching tp_btf sched_process_exec (follows a process taken over by exec)",
-        )?;
+        for program in programs::FOLLOW {
+            self.attach(program, How::BtfTracepoint, program, false).with_context(|| {
+                format!("attaching tp_btf {program} (follows processes as they exec and fork)")
+            })?;
+        }
         if self.options.probes.sample_hz > 0 {
             self.attach_sampler(self.options.probes.sample_hz).context(
                 "attaching the sampling program to the cpu-clock of every CPU (--no-cpu-stacks \
@@ -798,7 +795,7 @@ mod tests {
     }
 
     /// Every name userspace looks up in the object — the programs the plan can ask for in any
-    /// attach mode, exec takeover's, every map and global of `exitprof_common::names` — is in
+    /// attach mode, the follow programs, every map and global of `exitprof_common::names` — is in
     /// the object this binary embeds, so that a misspelt name fails here, not in a VM guest.
     #[test]
     fn the_objects_define_every_name_userspace_uses() {
@@ -816,7 +813,7 @@ mod tests {
                 .then_some(("a test's rejection", programs::REJECTED_BY_THE_VERIFIER));
             let programs = plan::every_program()
                 .into_iter()
-                .chain([("exec takeover", programs::SCHED_PROCESS_EXEC)])
+                .chain(programs::FOLLOW.map(|program| ("following", program)))
                 .chain(rejected);
             let mut missing: Vec<String> = programs
                 .filter(|(_, program)| !object.programs.contains_key(*program))

@@ -203,6 +203,46 @@ fn update_elem<K, V>(map: BorrowedFd<'_>, key: &K, value: &V) -> std::io::Result
     if rc < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
 }
 
+/// From now on, or from no time at all (`decide` false), the kernel side decides each process
+/// created whether it is followed, as its parent is, and a process created since then and left
+/// unmarked is not followed however deep its tree (`follow::DECIDED_SINCE` of the eBPF side).
+/// Set once the target's marks are: a process created before could have an unmarked parent
+/// about to be marked. Cleared as a run begins, before its target is marked.
+pub fn decide_creations(ebpf: &mut Ebpf, decide: bool) -> anyhow::Result<()> {
+    let since = if decide { boottime_now_ns()? } else { 0 };
+    let map = ebpf
+        .map_mut(names::maps::DECIDED_SINCE)
+        .with_context(|| format!("the eBPF object has no {} map", names::maps::DECIDED_SINCE))?;
+    let mut slot: Array<_, u64> = Array::try_from(map)?;
+    slot.set(0, since, 0).context("setting since when the kernel side decides creations")
+}
+
+/// Now in the kernel's boot-time clock (`ktime_get_boottime_ns`, which stamps every task's
+/// `start_boottime`), in ns: `CLOCK_BOOTTIME` less the boot-time offset of exitprof's time
+/// namespace (Linux 5.6+, `/proc/self/timens_offsets`; none where the file is missing).
+fn boottime_now_ns() -> anyhow::Result<u64> {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: the clock writes into a local timespec.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &raw mut now) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("reading CLOCK_BOOTTIME");
+    }
+    let offset_ns = match std::fs::read_to_string("/proc/self/timens_offsets") {
+        Ok(offsets) => timens_boottime_offset_ns(&offsets)
+            .context("reading the boot-time offset in /proc/self/timens_offsets")?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(e).context("reading /proc/self/timens_offsets"),
+    };
+    let ns = i128::from(now.tv_sec) * 1_000_000_000 + i128::from(now.tv_nsec) - offset_ns;
+    u64::try_from(ns).context("CLOCK_BOOTTIME before the boot")
+}
+
+/// The `boottime SECONDS NANOSECONDS` line of `timens_offsets`, in ns (0 where it has none).
+fn timens_boottime_offset_ns(offsets: &str) -> Option<i128> {
+    let Some(line) = offsets.lines().find(|l| l.starts_with("boottime ")) else { return Some(0) };
+    let mut fields = line.split_whitespace().skip(1).map(str::parse::<i128>);
+    Some(fields.next()?.ok()? * 1_000_000_000 + fields.next()?.ok()?)
+}
+
 /// `CONTROL` slots (see the eBPF side's `maps::CONTROL`).
 const STOPPED: u32 = 0;
 const EPOCH: u32 = 1;
@@ -220,6 +260,7 @@ pub struct RunStart {
 /// previous run stopped opening them). The kernel counts only the ends of this run's exits, so
 /// that an exit stuck since an earlier run is never in this one's figures.
 pub fn begin_run(ebpf: &mut Ebpf, epoch: u32) -> anyhow::Result<RunStart> {
+    decide_creations(ebpf, false)?;
     set_control(ebpf, EPOCH, epoch).context("numbering the run for the kernel side")?;
     let counters = Counters::new(ebpf)?;
     let start = RunStart {
@@ -254,4 +295,17 @@ fn set_control(ebpf: &mut Ebpf, slot: u32, value: u32) -> anyhow::Result<()> {
     let mut control: Array<_, u32> = Array::try_from(map)?;
     control.set(slot, value, 0)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::timens_boottime_offset_ns;
+
+    #[test]
+    fn the_boottime_offset_of_a_time_namespace_is_read_in_ns() {
+        let offsets = "monotonic 5 0\nboottime -2 500\n";
+        assert_eq!(timens_boottime_offset_ns(offsets), Some(-2_000_000_000 + 500));
+        assert_eq!(timens_boottime_offset_ns("monotonic 0 0\n"), Some(0));
+        assert_eq!(timens_boottime_offset_ns("boottime x 0\n"), None);
+    }
 }

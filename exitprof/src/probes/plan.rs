@@ -807,7 +807,7 @@ fn look_up_types(facts: &KernelFacts, mode: AttachMode) {
             _ => None,
         })
         .flatten();
-    btf.look_up_probes(tracepoints.chain([programs::SCHED_PROCESS_EXEC]), functions);
+    btf.look_up_probes(tracepoints.chain(programs::FOLLOW), functions);
 }
 
 /// Why a function point cannot be probed, when the kernel lacks the mode altogether (said once,
