@@ -2,12 +2,14 @@
 //! exit is followed as its nearest marked ancestor says, found by a walk up the ancestry where
 //! the exit starts. The walk is bounded ([`ANCESTRY_DEPTH`]): a process deeper than that below
 //! every mark could not be told followed or not. So, while a target is followed by its marks
-//! (`--pid`, a workload: not `--all` nor `--comm`), a process created since its marks were set
-//! ([`DECIDED_SINCE`]) is decided as it is created ([`sched_process_fork`]): it takes its
-//! parent's mark, or none, and an unmarked process born since then is not followed, however
-//! deep. Threads need nothing there (marks are on leaders), and a thread storm's creation pays
-//! one tracepoint program that returns at once. The kernel side also marks a thread that takes
-//! its process over by exec.
+//! (`--pid`, a workload: not `--all` nor `--comm`), the processes created since its marks were
+//! set ([`DECIDED_SINCE`]; for a workload, marked before it creates anything, every process)
+//! are kept decided as they are created ([`sched_process_fork`]): a followed one always has a
+//! mark within [`MARK_EVERY`] generations (its own where its nearest is further), so one with
+//! none that near is not followed, however deep its tree. A storm's processes, a generation
+//! below their driver's mark, carry none; threads need nothing (marks are on leaders), and a
+//! thread storm's creation pays one tracepoint program that returns at once. The kernel side
+//! also marks a thread that takes its process over by exec.
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
@@ -44,6 +46,13 @@ const ANCESTRY_DEPTH: u32 = 64;
 /// generation by generation: fewer of them.
 #[cfg(feature = "compat")]
 const ANCESTRY_DEPTH: u32 = 24;
+
+/// Generations within which every followed process created since [`DECIDED_SINCE`] has a mark
+/// (its own, or an ancestor's): [`sched_process_fork`] marks a new process only when its nearest
+/// mark is this far up. A walk from such a process looks at this many leaders at most; a
+/// storm's processes (a generation below their driver's mark) and a build's (a few) carry no
+/// mark of their own.
+const MARK_EVERY: u32 = 8;
 
 /// Whether an exit is part of the target.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -86,8 +95,8 @@ pub fn following(task: Task) -> Following {
 
 /// How `task` is followed: by its own mark, else as its thread-group leader's mark or the one of
 /// the nearest marked ancestor of that leader says; and whether that was decided (a mark, the
-/// root of every tree, or an unmarked leader created since [`DECIDED_SINCE`] was reached: no
-/// mark is coming from further up). Marks are on leaders only (userspace marks processes through
+/// root of every tree, or, from a leader created since [`DECIDED_SINCE`], [`MARK_EVERY`]
+/// leaders without one, was reached). Marks are on leaders only (userspace marks processes through
 /// pidfds, which name leaders), so only leaders are looked at: the parent (`real_parent`, the
 /// thread that created the process) counts through its leader. An orphan that was reparented
 /// outside the marked tree is not followed any more.
@@ -102,21 +111,23 @@ fn follow_of(task: Task) -> (u32, bool) {
         }
         return (mark, true);
     }
-    walk_from(group_leader(task), decided_since())
+    let walk = walk_from(group_leader(task), decided_since());
+    (walk.follow, walk.done != 0)
 }
 
-/// How a leader and its descendants are followed, as the nearest mark among it and its
-/// ancestors says, and whether that was decided; `since` is [`decided_since`].
+/// The walk from `leader` up its ancestry to the nearest mark; `since` is [`decided_since`]. A
+/// leader created since then is followed only if a mark is within [`MARK_EVERY`] leaders.
 #[inline(always)]
-fn walk_from(leader: Task, since: u64) -> (u32, bool) {
-    let mut walk = Walk { leader, since, follow: FOLLOW_NONE, done: 0 };
-    // Most walks have their answer at once (a storm's threads in their process's mark, a
-    // process decided as it was created in its own): that one is looked at without the loop's
-    // call.
+fn walk_from(leader: Task, since: u64) -> Walk {
+    let decided_at_creation = since != 0 && start_boottime(leader) >= since;
+    let bound = if decided_at_creation { MARK_EVERY } else { u32::MAX };
+    let mut walk = Walk { leader, follow: FOLLOW_NONE, done: 0, seen: 0, bound };
+    // Most walks have their answer at once (a storm's threads in their process's mark, its
+    // processes in their driver's): that one is looked at without the loop's call.
     if !step(&mut walk) {
         helpers::walk(ANCESTRY_DEPTH, &mut walk);
     }
-    (walk.follow, walk.done != 0)
+    walk
 }
 
 /// A walk up the ancestry, one leader at a time.
@@ -124,12 +135,15 @@ fn walk_from(leader: Task, since: u64) -> (u32, bool) {
 struct Walk {
     /// The leader to look at next.
     leader: Task,
-    /// [`decided_since`], read once.
-    since: u64,
     /// What the walk found (`FOLLOW_NONE` until it finds a mark).
     follow: u32,
-    /// Non-zero once the walk has its answer: a mark, or the root of every tree.
+    /// Non-zero once the walk has its answer: a mark, the root of every tree, or `bound`.
     done: u32,
+    /// Leaders looked at without a mark: the generations between the first and the mark found.
+    seen: u32,
+    /// Leaders without a mark after which the walk has its answer, not followed
+    /// ([`MARK_EVERY`] from a leader created since [`DECIDED_SINCE`]); unbounded otherwise.
+    bound: u32,
 }
 
 impl helpers::Walk for Walk {
@@ -146,8 +160,8 @@ fn step(walk: &mut Walk) -> bool {
         walk.done = 1;
         return true;
     }
-    // Created since the target's marks were set, and left unmarked then: not followed.
-    if walk.since != 0 && start_boottime(walk.leader) >= walk.since {
+    walk.seen += 1;
+    if walk.seen >= walk.bound {
         walk.done = 1;
         return true;
     }
@@ -162,9 +176,11 @@ fn step(walk: &mut Walk) -> bool {
 }
 
 /// Since when (the kernel's boot-time clock, `start_boottime`'s, in ns) every process created is
-/// decided as it is created ([`sched_process_fork`]); 0: none is. Userspace sets it once the
-/// target's marks are set (a process created before then may have been created by an unmarked
-/// parent about to be marked), and clears it as a run begins; the kernel side clears it when a
+/// decided as it is created ([`sched_process_fork`]): unmarked, it is not followed; 0: none is.
+/// Userspace sets it once the target's marks are set: to that time for `--pid` (a process
+/// created before then may have been created by an unmarked parent about to be marked, or lie
+/// deep below the target), to 1 for a workload (marked before it creates anything: every
+/// process is decided), and clears it as a run begins; the kernel side clears it when a
 /// decision cannot be kept (a mark not made): from then on exits walk up their ancestry, as
 /// before, and a walk that runs out counts its exit lost.
 #[map]
@@ -179,11 +195,12 @@ fn decided_since() -> u64 {
 
 /// `sched_process_fork(struct task_struct *parent, struct task_struct *child)` (after
 /// `copy_process`, which stamped the child's `start_boottime`, and before the child first
-/// runs): while processes are decided as they are created ([`DECIDED_SINCE`]), a new process
-/// takes the decision of its parent (`real_parent`'s leader, which `CLONE_PARENT` makes the
-/// creator's parent): the parent's own mark (as [`inherited`] passes it on); none for an
-/// unmarked parent created since then (not followed); for an unmarked parent older than that,
-/// the walk's answer, `UNDECIDED` where the walk runs out. A new thread needs nothing: it is
+/// runs): while processes are decided as they are created ([`DECIDED_SINCE`]), a new process is
+/// followed as its parent (`real_parent`'s leader, which `CLONE_PARENT` makes the creator's
+/// parent) is: it takes the parent's nearest mark (as [`inherited`] passes it on) where that is
+/// [`MARK_EVERY`] generations up or more, and `UNDECIDED` where the parent's walk runs out (a
+/// parent older than `DECIDED_SINCE`, deep below every mark), so that a walk from it or its
+/// descendants is decided within `MARK_EVERY` leaders. A new thread needs nothing: it is
 /// followed as its leader is.
 #[btf_tracepoint]
 pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
@@ -196,11 +213,14 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
     if pid != tgid {
         return 0;
     }
-    let follow = match walk_from(group_leader(real_parent(child)), since) {
-        (follow, true) => follow,
-        (_, false) => UNDECIDED,
+    let walk = walk_from(group_leader(real_parent(child)), since);
+    let follow = match walk {
+        Walk { done: 0, .. } => UNDECIDED,
+        // The mark is `seen` generations above the parent, one more above the child.
+        Walk { follow, seen, .. } if follow != FOLLOW_NONE && seen + 1 >= MARK_EVERY => follow,
+        _ => return 0,
     };
-    if follow != FOLLOW_NONE && !set_mark(child, follow) {
+    if !set_mark(child, follow) {
         // Left unmarked, the child would be taken for one not followed: creation no longer
         // decides, and its exit (and every later one) walks up its ancestry instead.
         stop_deciding();

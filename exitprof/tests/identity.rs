@@ -5,11 +5,14 @@
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     process::{Command, Stdio},
+    time::{Duration, Instant},
 };
 
 use serde_json::Value;
 
-use crate::support::{KilledOnDrop, Watcher, attach_mode, c_program, num, require_root, run_json};
+use crate::support::{
+    KilledOnDrop, Watcher, attach_mode, c_program, exitprof, num, require_root, run_json,
+};
 
 /// `by_kind` as (kind, exits) pairs.
 fn kinds(doc: &Value) -> Vec<(String, f64)> {
@@ -165,6 +168,59 @@ fn watching_a_process_decides_deep_chains_born_during_the_run() {
     assert_eq!(num(losses, "follow_unknown"), 0.0, "{losses}");
     assert_eq!(num(&doc, "lost"), 0.0, "{losses}");
     // The watched chain's every process, and none of the other chain's.
+    assert_eq!(num(&doc, "exits_recorded"), f64::from(DEEP), "{}", doc["by_kind"]);
+}
+
+/// A workload is marked before it creates anything, so every exit is decided: a chain deeper
+/// than the walk up the ancestry made before exitprof started, which ends while the workload
+/// runs, is neither recorded nor lost (it was counted "not known to be followed"), and the
+/// workload's own chain as deep is recorded whole.
+#[test]
+fn a_workload_neither_records_nor_loses_a_deep_chain_older_than_it() {
+    require_root();
+    let deep = c_program("deep_tree");
+    let chain = Command::new(&deep)
+        .args([&DEEP.to_string(), "/bin/sh", "-c", "echo ready && read go"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("deep_tree starts");
+    let mut chain = KilledOnDrop::new(chain);
+    let mut ready = String::new();
+    BufReader::new(chain.child().stdout.take().unwrap()).read_line(&mut ready).unwrap();
+    assert_eq!(ready, "ready\n", "the chain's deepest process");
+    // The workload says it runs, waits (in shell builtins: no process of its own) for the other
+    // chain to end, and becomes a chain of DEEP processes.
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("started");
+    let script = format!(
+        ": > {}; while [ -e /proc/{} ]; do :; done; exec {} {DEEP}",
+        started.display(),
+        chain.id(),
+        deep.display()
+    );
+    let profiled = exitprof()
+        .args(["--json", "--attach", &attach_mode(), "--", "/bin/sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("exitprof starts");
+    let profiled = KilledOnDrop::new(profiled);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !started.exists() {
+        assert!(Instant::now() < deadline, "the workload never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    chain.child().stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let status = chain.take().wait().unwrap();
+    assert!(status.success(), "the unrelated deep_tree {DEEP} failed: {status}");
+    let out = profiled.take().wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exitprof failed: {stderr}");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("a JSON document");
+    let losses = &doc["losses"];
+    assert_eq!(num(losses, "follow_unknown"), 0.0, "{losses}");
+    assert_eq!(num(&doc, "lost"), 0.0, "{losses}");
     assert_eq!(num(&doc, "exits_recorded"), f64::from(DEEP), "{}", doc["by_kind"]);
 }
 

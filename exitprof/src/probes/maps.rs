@@ -203,13 +203,32 @@ fn update_elem<K, V>(map: BorrowedFd<'_>, key: &K, value: &V) -> std::io::Result
     if rc < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
 }
 
-/// From now on, or from no time at all (`decide` false), the kernel side decides each process
-/// created whether it is followed, as its parent is, and a process created since then and left
-/// unmarked is not followed however deep its tree (`follow::DECIDED_SINCE` of the eBPF side).
-/// Set once the target's marks are: a process created before could have an unmarked parent
-/// about to be marked. Cleared as a run begins, before its target is marked.
-pub fn decide_creations(ebpf: &mut Ebpf, decide: bool) -> anyhow::Result<()> {
-    let since = if decide { boottime_now_ns()? } else { 0 };
+/// Which processes the kernel side takes as decided followed or not as they were created: an
+/// unmarked one is not followed, however deep its tree (`follow::DECIDED_SINCE` of the eBPF
+/// side); each process created from then on takes its parent's decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decided {
+    /// None: exits are decided by the walk up their ancestry (`--all`, `--comm`, and before a
+    /// run's target is marked).
+    None,
+    /// Those created from now on, once the target's marks are set (`--pid`: a process created
+    /// before could have an unmarked parent about to be marked, or an old one deep below the
+    /// target).
+    FromNow,
+    /// Every process (a workload, marked before it could create any: no process older than
+    /// its marks descends from it unmarked).
+    All,
+}
+
+/// Sets which processes are [`Decided`]. Cleared as a run begins, before its target is marked.
+pub fn decide_creations(ebpf: &mut Ebpf, decided: Decided) -> anyhow::Result<()> {
+    let since = match decided {
+        Decided::None => 0,
+        Decided::FromNow => boottime_now_ns()?,
+        // Every task was created at or after 1 ns of boot time (but the idle tasks, the roots
+        // of every tree).
+        Decided::All => 1,
+    };
     let map = ebpf
         .map_mut(names::maps::DECIDED_SINCE)
         .with_context(|| format!("the eBPF object has no {} map", names::maps::DECIDED_SINCE))?;
@@ -260,7 +279,7 @@ pub struct RunStart {
 /// previous run stopped opening them). The kernel counts only the ends of this run's exits, so
 /// that an exit stuck since an earlier run is never in this one's figures.
 pub fn begin_run(ebpf: &mut Ebpf, epoch: u32) -> anyhow::Result<RunStart> {
-    decide_creations(ebpf, false)?;
+    decide_creations(ebpf, Decided::None)?;
     set_control(ebpf, EPOCH, epoch).context("numbering the run for the kernel side")?;
     let counters = Counters::new(ebpf)?;
     let start = RunStart {

@@ -321,7 +321,7 @@ pub fn start(
                     Workload::Command { .. } => task::FOLLOWED,
                 };
                 maps::track(ebpf, &gated.pids(), role)?;
-                maps::decide_creations(ebpf, true)?;
+                maps::decide_creations(ebpf, maps::Decided::All)?;
             }
             let running = gated.open()?;
             let killer = Some(running.killer());
@@ -336,7 +336,7 @@ pub fn start(
                 .with_context(|| format!("pid {pid} ended before exitprof could watch it"))?;
             let ebpf = ebpf.context("watching a process needs exitprof's probes")?;
             let followed = track_tree(ebpf, pid)?;
-            maps::decide_creations(ebpf, true)?;
+            maps::decide_creations(ebpf, maps::Decided::FromNow)?;
             eprintln!(
                 "exitprof: watching pid {pid} and its descendants ({followed} now){}",
                 until(duration, " or until it exits")

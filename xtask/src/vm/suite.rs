@@ -48,11 +48,16 @@ pub const GUEST_TESTS: &[GuestTests] = &[
         args: &["reliability::a_command_that_exits_once_is_accounted_in_every_run"],
     },
     // A refused leader whose pid an exec takes before its last point: do_task_dead, which opens
-    // late exits, is probed only in these modes.
+    // late exits, is probed only in these modes. Beside it, chains deeper than the walk up the
+    // ancestry born during a `--pid` run, decided as they are created (the compat object's hash
+    // of marks on 5.10): one exitprof run each, some seconds.
     GuestTests {
         name: "exec-refusal-kprobe",
         attach: "kprobe",
-        args: &["identity::a_refused_leader_whose_pid_an_exec_takes_is_lost_once"],
+        args: &[
+            "identity::a_refused_leader_whose_pid_an_exec_takes_is_lost_once",
+            "identity::watching_a_process_decides_deep_chains_born_during_the_run",
+        ],
     },
     GuestTests {
         name: "forced-modes",
