@@ -139,6 +139,30 @@ fn watching_by_name_counts_no_exit_of_another_name_as_lost() {
     assert_eq!(num(&doc, "exits_recorded"), 3.0, "{}", doc["losses"]);
 }
 
+/// A chain of `depth` processes whose deepest runs `sh -c "echo ready && SCRIPT"` (its stdin a
+/// pipe of the test's), once that says it is there.
+fn waiting_chain(depth: u32, script: &str) -> KilledOnDrop {
+    let chain = Command::new(c_program("deep_tree"))
+        .args([&depth.to_string(), "/bin/sh", "-c", &format!("echo ready && {script}")])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("deep_tree starts");
+    let mut chain = KilledOnDrop::new(chain);
+    let mut ready = String::new();
+    BufReader::new(chain.child().stdout.take().unwrap()).read_line(&mut ready).unwrap();
+    assert_eq!(ready, "ready\n", "the chain's deepest process");
+    chain
+}
+
+/// The target's chain of [`DEEP`] processes recorded whole, and no other exit recorded nor lost.
+fn only_the_deep_chain_recorded(doc: &Value) {
+    let losses = &doc["losses"];
+    assert_eq!(num(losses, "follow_unknown"), 0.0, "{losses}");
+    assert_eq!(num(doc, "lost"), 0.0, "{losses}");
+    assert_eq!(num(doc, "exits_recorded"), f64::from(DEEP), "{}", doc["by_kind"]);
+}
+
 /// Watching a process (`--pid`), exits are told followed or not however deep their tree: a
 /// chain deeper than the walk up the ancestry that runs beside it is neither recorded nor lost
 /// (it was counted "not known to be followed"), and a chain as deep that the watched process
@@ -163,12 +187,8 @@ fn watching_a_process_decides_deep_chains_born_during_the_run() {
     target.child().stdin.take().unwrap().write_all(b"go\n").unwrap();
     let status = target.take().wait().unwrap();
     assert!(status.success(), "the watched deep_tree {DEEP} failed: {status}");
-    let doc = watcher.finish();
-    let losses = &doc["losses"];
-    assert_eq!(num(losses, "follow_unknown"), 0.0, "{losses}");
-    assert_eq!(num(&doc, "lost"), 0.0, "{losses}");
     // The watched chain's every process, and none of the other chain's.
-    assert_eq!(num(&doc, "exits_recorded"), f64::from(DEEP), "{}", doc["by_kind"]);
+    only_the_deep_chain_recorded(&watcher.finish());
 }
 
 /// A workload is marked before it creates anything, so every exit is decided: a chain deeper
@@ -178,17 +198,7 @@ fn watching_a_process_decides_deep_chains_born_during_the_run() {
 #[test]
 fn a_workload_neither_records_nor_loses_a_deep_chain_older_than_it() {
     require_root();
-    let deep = c_program("deep_tree");
-    let chain = Command::new(&deep)
-        .args([&DEEP.to_string(), "/bin/sh", "-c", "echo ready && read go"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("deep_tree starts");
-    let mut chain = KilledOnDrop::new(chain);
-    let mut ready = String::new();
-    BufReader::new(chain.child().stdout.take().unwrap()).read_line(&mut ready).unwrap();
-    assert_eq!(ready, "ready\n", "the chain's deepest process");
+    let mut chain = waiting_chain(DEEP, "read go");
     // The workload says it runs, waits (in shell builtins: no process of its own) for the other
     // chain to end, and becomes a chain of DEEP processes.
     let dir = tempfile::tempdir().unwrap();
@@ -197,7 +207,7 @@ fn a_workload_neither_records_nor_loses_a_deep_chain_older_than_it() {
         ": > {}; while [ -e /proc/{} ]; do :; done; exec {} {DEEP}",
         started.display(),
         chain.id(),
-        deep.display()
+        c_program("deep_tree").display()
     );
     let profiled = exitprof()
         .args(["--json", "--attach", &attach_mode(), "--", "/bin/sh", "-c", &script])
@@ -217,11 +227,7 @@ fn a_workload_neither_records_nor_loses_a_deep_chain_older_than_it() {
     let out = profiled.take().wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exitprof failed: {stderr}");
-    let doc: Value = serde_json::from_slice(&out.stdout).expect("a JSON document");
-    let losses = &doc["losses"];
-    assert_eq!(num(losses, "follow_unknown"), 0.0, "{losses}");
-    assert_eq!(num(&doc, "lost"), 0.0, "{losses}");
-    assert_eq!(num(&doc, "exits_recorded"), f64::from(DEEP), "{}", doc["by_kind"]);
+    only_the_deep_chain_recorded(&serde_json::from_slice(&out.stdout).expect("a JSON document"));
 }
 
 /// A process deeper than the walk up the ancestry below the watched one, and there before the
@@ -232,20 +238,9 @@ fn a_workload_neither_records_nor_loses_a_deep_chain_older_than_it() {
 #[test]
 fn a_refused_leader_whose_pid_an_exec_takes_is_lost_once() {
     require_root();
-    let deep = c_program("deep_tree");
-    let thread_execs = c_program("thread_execs");
-    // The chain's deepest process says it is there, waits for a line, and execs thread_execs.
-    let script = format!("echo ready && read go && exec {} /bin/true", thread_execs.display());
-    let chain = Command::new(&deep)
-        .args(["80", "/bin/sh", "-c", &script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("deep_tree starts");
-    let mut chain = KilledOnDrop::new(chain);
-    let mut ready = String::new();
-    BufReader::new(chain.child().stdout.take().unwrap()).read_line(&mut ready).unwrap();
-    assert_eq!(ready, "ready\n", "the chain's deepest process");
+    // The chain's deepest process waits for a line, and execs thread_execs.
+    let script = format!("read go && exec {} /bin/true", c_program("thread_execs").display());
+    let mut chain = waiting_chain(80, &script);
     let top = chain.id().to_string();
     let watcher = Watcher::start(&["--attach", &attach_mode(), "--pid", &top]);
     chain.child().stdin.take().unwrap().write_all(b"go\n").unwrap();
