@@ -242,7 +242,8 @@ fn stop_deciding() {
 /// one can take the process over by exec. `signal->live` counts `task` until `do_exit` takes
 /// it out, right after setting `PF_EXITING` (in that instant it counts `task` twice over:
 /// harmless, a mark noted for nothing is dropped at the exit's end). Most marked leaders that
-/// exit are processes of one thread, decided as they were created: no mark waits for them.
+/// exit lead processes of one thread (a command, a checkpoint of a deep tree): no mark waits
+/// for them.
 #[inline(always)]
 fn others_live(task: Task) -> bool {
     let own = i32::from(!is_exiting(task));
