@@ -62,6 +62,21 @@ fn ipcns_storm_records_every_child_exit() {
     assert_eq!(doc["workload"]["kind"], "ipcns");
 }
 
+/// Each exit of a netns storm leaves a namespace of its own: every one is accounted once, joined
+/// to its teardown, outlived by it (its free unseen) or its teardown not seen, however the
+/// kernel reuses the namespaces' memory (the next namespace mostly takes the last one's address).
+#[test]
+fn netns_storm_accounts_every_namespace_once() {
+    let count = 300;
+    let args = ["--workload", "netns", "--count", "300", "--veth-pairs", "1"];
+    let doc = assert_storm(&args, count);
+    let net = &doc["teardowns"]["net"];
+    let (joined, outlived, not_seen) =
+        (num(net, "joined"), num(net, "outlived"), num(net, "not_seen"));
+    assert_eq!(joined + outlived + not_seen, count as f64, "{net:#}");
+    assert!(joined >= 0.9 * count as f64, "{net:#}");
+}
+
 #[test]
 fn parallel_loops_leave_their_drivers_out() {
     assert_storm(&["--workload", "fork", "--count", "64", "--parallel", "2"], 64);

@@ -368,8 +368,27 @@ impl Teardowns {
                     }
                 }
             }
+            self.settle_reused(kind, address, side.start_ns);
             self.note_exit(kind, address, side);
             self.retry(kind, address);
+        }
+    }
+
+    /// An exit that began at `start_ns` was in a namespace at `address`: the teardowns waiting
+    /// there whose runs began before it tore down an earlier namespace at that address (a
+    /// namespace a task still has cannot be dead as a run begins). Nothing more can decide
+    /// them, so they are decided now, before this exit takes the place of the earlier
+    /// namespace's exit: one whose task's free was awaited and not seen lost its exit, and its
+    /// teardown joined none.
+    fn settle_reused(&mut self, kind: TeardownKind, address: u64, start_ns: u64) {
+        let Some(waiting) = self.waiting[kind.index()].remove(&address) else { return };
+        let (earlier, later): (Vec<TornDown>, Vec<TornDown>) =
+            waiting.into_iter().partition(|t| t.run_start_ns < start_ns);
+        for torn in earlier {
+            self.try_join(torn, true);
+        }
+        if !later.is_empty() {
+            self.waiting[kind.index()].insert(address, later);
         }
     }
 
@@ -1208,6 +1227,33 @@ mod tests {
         let joined: Vec<u32> = t.joined.iter().map(|j| j.torn.inum).collect();
         assert_eq!(joined, [1, 3]);
         assert_eq!((r.outlived, r.without_exit), (0, 1));
+    }
+
+    /// An exit whose task's free never comes leaves its namespace's teardown waiting; the next
+    /// namespace at its address, whose exit waits for its free too, must not take its place:
+    /// the earlier teardown is decided (outlived, its free unseen) and the later one joins its
+    /// own exit. Every exit and every teardown is accounted once.
+    #[test]
+    fn a_reused_address_decides_the_teardown_waiting_there() {
+        let mut t = Teardowns::new(true, false);
+        t.exit(&exit(10, 0xA0, 100, 200, FLAG_NET_NS_FREE_AWAITED));
+        t.record(&torn_down(0xA0, 1, 60_000));
+        t.record(&run(60_000, 70_000, 1, 0, 0));
+        t.exit(&exit(11, 0xA0, 700_000, 700_200, FLAG_NET_NS_FREE_AWAITED));
+        t.record(&DeferredRecord {
+            kind: DeferredKind::NetNsAtFree as u32,
+            start_ns: 710_000,
+            end_ns: 710_000,
+            object: 11,
+            flags: DEFERRED_NET_NS_RELEASED,
+            ..DeferredRecord::default()
+        });
+        t.record(&torn_down(0xA0, 2, 760_000));
+        t.record(&run(760_000, 770_000, 1, 0, 0));
+        let r = report(&mut t);
+        let joined: Vec<(u32, u32)> = t.joined.iter().map(|j| (j.exit.pid, j.torn.inum)).collect();
+        assert_eq!(joined, [(11, 2)]);
+        assert_eq!((r.namespaces, r.outlived, r.without_exit, r.not_seen), (2, 1, 0, 0));
     }
 
     #[test]
