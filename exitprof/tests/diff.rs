@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::support::{
-    attach_mode, c_program, exitprof, exitprof_path, num, require_root, run, run_json,
+    attach_mode, c_program, emulated, exitprof, exitprof_path, num, require_root, run, run_json,
 };
 
 /// Saves the `--json` document of a run of `args` as `dir/name.json`.
@@ -178,11 +178,15 @@ fn a_larger_teardown_is_found_in_the_stage_that_covers_exit_mm() {
     let of_mm = |key: &str| -> f64 {
         stages.iter().filter(|r| covers_mm(r)).map(|r| num(&r["ns_per_exit"], key)).sum()
     };
-    // Eight times the memory: far past twice the time per exit, with one run a side.
-    assert!(of_mm("b") > 4.0 * of_mm("a"), "{table}");
+    // Eight times the memory: far past twice the time per exit, with one run a side. Under
+    // emulation a teardown's fixed costs weigh more (64 against 512 MiB took 21.9 against 44.5
+    // ms a exit in a guest) and the rest of the exit varies more: smaller margins, which a
+    // change landing outside the stages of exit_mm still fails.
+    let (ratio, most) = if emulated() { (1.5, 0.75) } else { (4.0, 0.9) };
+    assert!(of_mm("b") > ratio * of_mm("a"), "{table}");
     let share: f64 =
         stages.iter().filter(|r| covers_mm(r)).filter_map(|r| r["share_of_change"].as_f64()).sum();
-    assert!(share > 0.9, "the stages of exit_mm hold {share:.2} of the change:\n{table}");
+    assert!(share > most, "the stages of exit_mm hold {share:.2} of the change:\n{table}");
     let verdict = doc["verdict"].as_str().unwrap();
     assert!(
         verdict.contains("no interval") && verdict.contains(biggest["name"].as_str().unwrap()),

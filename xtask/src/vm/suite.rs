@@ -70,6 +70,13 @@ pub const GUEST_TESTS: &[GuestTests] = &[
     // --cgroup, decided in the kernel by the exiting task's cgroup ancestry: by the helper in
     // the default object, by `cgroup.ancestor_ids` in the compat one (5.10).
     GuestTests { name: "cgroup-target", attach: "auto", args: &["cgroup_target::"] },
+    // A diff of a small and a large address space's teardown: its verdict names the code that
+    // moved (exit_mmap's), its differential flame graph draws it grown.
+    GuestTests {
+        name: "mm-diff-kprobe",
+        attach: "kprobe",
+        args: &["diff::a_larger_teardown_is_found_in_the_stage_that_covers_exit_mm"],
+    },
     // arm64's share: the ground truth of the teardowns alone, in each mode.
     GuestTests { name: "teardowns-kprobe", attach: "kprobe", args: TEARDOWNS },
     GuestTests { name: "teardowns-fentry", attach: "fentry", args: TEARDOWNS },
