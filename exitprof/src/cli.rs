@@ -728,7 +728,7 @@ impl RunArgs {
     pub fn request(&self) -> RunRequest {
         RunRequest {
             target: self.target(),
-            probes: ProbeOptions { group_by: self.groups.group_by, ..self.probes.options() },
+            probes: ProbeOptions { cgroup_paths: self.groups.by_cgroup(), ..self.probes.options() },
             duration: self.duration,
             json: self.json,
             ringbuf_bytes: self.ringbuf_bytes,
@@ -789,7 +789,7 @@ impl ServeArgs {
                 sample_hz: 0,
                 // Stage histograms need every point of the exit; serve joins no deferred work.
                 points: PointSet::Stages,
-                group_by: self.groups.group_by,
+                cgroup_paths: self.groups.by_cgroup(),
             },
             groups: self.groups.options(Some(self.group_ttl.unwrap_or(serve::GROUP_TTL))),
             listen: self.listen,
@@ -857,12 +857,18 @@ impl ProbeArgs {
             block_stacks: !self.no_block_stacks,
             sample_hz: if self.no_cpu_stacks { 0 } else { self.sample_hz },
             points: self.points,
-            group_by: None,
+            cgroup_paths: false,
         }
     }
 }
 
 impl GroupArgs {
+    /// Whether exits are grouped by cgroup, which needs the cgroups made and removed during the
+    /// run named.
+    fn by_cgroup(self) -> bool {
+        self.group_by == Some(GroupBy::Cgroup)
+    }
+
     /// The grouping asked for, with the time to live of `serve`'s groups.
     pub fn options(self, ttl: Option<Duration>) -> Option<GroupOptions> {
         self.group_by.map(|by| GroupOptions { by, max_groups: self.max_groups as usize, ttl })

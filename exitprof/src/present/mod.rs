@@ -33,7 +33,7 @@ pub fn plan(probes: ProbeOptions, json: bool) -> anyhow::Result<()> {
     let wants = plan::Wants {
         ipc_frees_via_kfree: false,
         syscall_tracepoints: probes.syscall_tracepoints.unwrap_or(true),
-        group_by: probes.group_by,
+        cgroup_paths: probes.cgroup_paths,
         unusable_symbols: true,
     };
     let (facts, plan) = start::plan(probes.attach, wants)?;

@@ -16,7 +16,6 @@ pub mod privileges;
 pub mod prog_stats;
 
 use self::plan::{AttachMode, PointSet};
-use crate::groups::GroupBy;
 
 /// How exitprof attaches its probes, as asked.
 #[derive(Clone, Copy, Debug)]
@@ -32,6 +31,7 @@ pub struct ProbeOptions {
     pub sample_hz: u32,
     /// Every probe point, or only those an exit's start and end need.
     pub points: PointSet,
-    /// How exits are grouped (by cgroup: the cgroups made and removed during the run are named).
-    pub group_by: Option<GroupBy>,
+    /// Name the cgroups made and removed during the run (their tracepoints), for exits grouped
+    /// by cgroup.
+    pub cgroup_paths: bool,
 }

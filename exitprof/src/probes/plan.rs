@@ -15,12 +15,8 @@ use exitprof_common::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    groups::GroupBy,
-    kernel::{
-        KernelFacts, bpf_object::BpfObject, exit_path::ExitPath, marker_name,
-        version::KernelVersion,
-    },
+use crate::kernel::{
+    KernelFacts, bpf_object::BpfObject, exit_path::ExitPath, marker_name, version::KernelVersion,
 };
 
 /// The attach mode asked for on the command line.
@@ -445,6 +441,10 @@ const WORK_FUNCTIONS: [(&str, SiteId, [DeferredSite; 2], u32); 3] = [
 
 /// What the user wants beyond the exit path itself.
 #[derive(Clone, Copy, Debug, Default)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "four switches the plan reads apart, none implying another"
+)]
 pub struct Wants {
     /// Follow IPC namespace frees even where that costs a probe on every `kfree` of the machine
     /// (tracepoint mode); worth it for IPC namespace storms only.
@@ -453,8 +453,9 @@ pub struct Wants {
     /// cannot be probed; `wait4` for reaps). Any of them puts every syscall of the machine on
     /// the kernel's traced path.
     pub syscall_tracepoints: bool,
-    /// How exits are grouped: by cgroup names the cgroups made and removed during the run.
-    pub group_by: Option<GroupBy>,
+    /// Name the cgroups made and removed during the run (their tracepoints), for exits grouped
+    /// by cgroup.
+    pub cgroup_paths: bool,
     /// Look up the symbols of function points even where no function can be probed (tracepoint
     /// mode, or a kernel with neither kprobes nor fentry), to say what each would resolve to:
     /// `exitprof plan` does; a run does not, as that reads the whole of kallsyms.
@@ -865,7 +866,7 @@ fn resolve_site(
     };
     match site.hook {
         Hook::BtfTracepoint(_)
-            if matches!(site.id, SiteId::Cgroup(_)) && wants.group_by != Some(GroupBy::Cgroup) =>
+            if matches!(site.id, SiteId::Cgroup(_)) && !wants.cgroup_paths =>
         {
             Err("names the cgroups made and removed during a run: for --group-by cgroup".to_owned())
         }
@@ -975,7 +976,7 @@ mod tests {
     const WANTS: Wants = Wants {
         ipc_frees_via_kfree: false,
         syscall_tracepoints: true,
-        group_by: None,
+        cgroup_paths: false,
         unusable_symbols: true,
     };
 

@@ -13,10 +13,7 @@ use exitprof_common::{names, sizes::COMM_LEN, task};
 
 use crate::{
     base::{UsageError, pidfd::PidFd},
-    groups::{
-        GroupBy,
-        cgroupfs::{self, CgroupTree},
-    },
+    groups::cgroupfs::{self, CgroupTree},
     kernel::{KernelFacts, bpf_object::BpfObject, kallsyms::Kallsyms, tracefs},
     probes::{
         ProbeOptions,
@@ -172,10 +169,10 @@ pub fn plan_for(target: &Target, probes: ProbeOptions) -> anyhow::Result<(Kernel
         // for the storm that makes them.
         ipc_frees_via_kfree: matches!(target, Target::Storm(Storm::Ipcns(_))),
         syscall_tracepoints: probes.syscall_tracepoints.unwrap_or(driven),
-        group_by: probes.group_by,
+        cgroup_paths: probes.cgroup_paths,
         unusable_symbols: false,
     };
-    if probes.group_by == Some(GroupBy::Cgroup) {
+    if probes.cgroup_paths {
         CgroupTree::mounted().map_err(|e| UsageError(e.to_string()))?;
     }
     let (facts, plan) = plan(probes.attach, wants)?;
