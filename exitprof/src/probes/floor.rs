@@ -9,9 +9,9 @@ use exitprof_common::names::programs;
 
 use super::{
     load::{OBJECT, ProgramCost, ensure_object_embedded},
-    prog_stats,
+    prog_stats::{self, enable_bpf_stats},
 };
-use crate::{base::signals::Signals, run::own_cost::enable_bpf_stats};
+use crate::base::signals::Signals;
 
 /// Attaches the empty program and holds it until SIGINT or SIGTERM; with `bpf_stats`, prints
 /// its runs and run time meanwhile as one JSON line (`{"program":…,"runs":…,"run_ns":…}`).

@@ -1,10 +1,21 @@
 //! Per-program counters the kernel keeps in `bpf_prog_info`: runs and run time (counted while
-//! BPF statistics are on) and how often a program could not run because another BPF program was
+//! BPF statistics are on, [`enable_bpf_stats`]) and how often a program could not run because another BPF program was
 //! already running on that CPU (`recursion_misses`, v5.12+, which aya does not expose).
 
-use std::{io, os::fd::BorrowedFd};
+use std::{
+    io,
+    os::fd::{BorrowedFd, OwnedFd},
+};
 
+use anyhow::Context as _;
 use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_info};
+
+/// Turns the kernel's BPF run-time statistics on for as long as the descriptor is open (closing
+/// it, even by exitprof dying, turns them back off unless something else holds them on).
+pub fn enable_bpf_stats() -> anyhow::Result<OwnedFd> {
+    aya::sys::enable_stats(aya::sys::Stats::RunTime)
+        .context("enabling BPF run-time statistics (BPF_ENABLE_STATS, Linux 5.8+)")
+}
 
 /// A loaded program's counters.
 pub struct ProgStats {

@@ -3,10 +3,12 @@
 
 use std::os::fd::OwnedFd;
 
-use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
-use crate::probes::load::{Probes, ProgramCost};
+use crate::probes::{
+    load::{Probes, ProgramCost},
+    prog_stats::enable_bpf_stats,
+};
 
 /// exitprof's own use of the machine so far.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
@@ -71,13 +73,6 @@ fn vm_hwm(status: &str) -> Option<u64> {
 fn status_bytes(status: &str, field: &str) -> Option<u64> {
     let kib = status.lines().find_map(|l| l.strip_prefix(field))?.trim().strip_suffix("kB")?;
     Some(kib.trim().parse::<u64>().ok()? << 10)
-}
-
-/// Turns the kernel's BPF run-time statistics on for as long as the descriptor is open (closing
-/// it, even by exitprof dying, turns them back off unless something else holds them on).
-pub fn enable_bpf_stats() -> anyhow::Result<OwnedFd> {
-    aya::sys::enable_stats(aya::sys::Stats::RunTime)
-        .context("enabling BPF run-time statistics (BPF_ENABLE_STATS, Linux 5.8+)")
 }
 
 /// The kernel counting the runs and run time of exitprof's programs (--bpf-stats), from

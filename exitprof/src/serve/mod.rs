@@ -35,11 +35,10 @@ use crate::{
         signals::{Signals, signal_name},
     },
     groups::{GroupOptions, Groups},
-    probes::{ProbeOptions, load::LoadOptions},
+    probes::{ProbeOptions, load::LoadOptions, prog_stats::enable_bpf_stats},
     profiled::Target,
     run::{
         Losses, RunRequest,
-        own_cost::enable_bpf_stats,
         start::{Attached, load_options, plan_for, preflight, prepare, start},
     },
 };
