@@ -11,12 +11,14 @@ use clap::{
 };
 
 use crate::{
-    analysis::records::TaskName,
+    analysis::{
+        groups::{GroupBy, GroupOptions},
+        records::TaskName,
+    },
     compare::CompareRequest,
     conditions::{Condition, ConditionOptions, Side},
     diff::{self, DiffRequest, Input},
     export::{self, ExportTarget, Format},
-    groups::{GroupBy, GroupOptions},
     probes::{
         ProbeOptions, kprobe_events,
         plan::{AttachMode, PointSet},

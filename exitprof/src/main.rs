@@ -7,7 +7,6 @@ mod compare;
 mod conditions;
 mod diff;
 mod export;
-mod groups;
 mod kernel;
 mod present;
 mod probes;

@@ -186,7 +186,7 @@ impl ExitTimeline {
             process_comm: exit.process_comm.to_string(),
             kind: exit.kind(),
             cgroup_id: exit.cgroup_id,
-            workload: cgroup.as_deref().map(crate::groups::naming::workload_name),
+            workload: cgroup.as_deref().map(super::groups::naming::workload_name),
             cgroup,
             ended_at: context.wall_at_zero.map(|zero| zero + exit.end_ns() as f64 / 1e9),
             cpu: exit.cpu,

@@ -16,6 +16,7 @@ pub mod exit_stacks;
 pub mod exit_teardown;
 pub mod exit_timeline;
 pub mod fixed_buckets;
+pub mod groups;
 pub mod histogram;
 pub mod kept_exits;
 pub mod on_cpu;

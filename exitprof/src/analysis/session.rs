@@ -7,13 +7,13 @@ use crate::{
         blocking::Blocking,
         deferred::DeferredWork,
         exit_stacks::ExitStacks,
+        groups::{GroupOptions, Groups},
         kept_exits::{KeptExits, Pick},
         probe_effect::ProbeRuns,
         profile::Profile,
         records::{Exit, StackOwner, decode_deferred, decode_stack, stack_owner},
         teardown::Teardowns,
     },
-    groups::{GroupOptions, Groups},
     probes::plan::Plan,
 };
 

@@ -12,12 +12,11 @@ use anyhow::{Context as _, bail};
 
 use crate::{
     analysis::{
-        blocking::BlockedReport, comparison::RunMeasure, on_cpu::OnCpuReport,
+        blocking::BlockedReport, comparison::RunMeasure, groups::GroupOptions, on_cpu::OnCpuReport,
         probe_effect::ProbeEffect, session::Session,
     },
     base::{UsageError, signals::Signals},
     conditions::{Condition, ConditionOptions, Side},
-    groups::GroupOptions,
     kernel::KernelFacts,
     probes::{
         load::{LoadOptions, ProgramCost},

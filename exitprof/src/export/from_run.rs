@@ -4,8 +4,7 @@ use serde_json::Value;
 
 use super::{ExportSet, RunStats, Series, StackKind, Variant, WeightedStack, WorkloadLabel};
 use crate::{
-    analysis::{blocking::BlockedReport, histogram::Latency, on_cpu::OnCpuReport},
-    groups::Groups,
+    analysis::{blocking::BlockedReport, groups::Groups, histogram::Latency, on_cpu::OnCpuReport},
     report::{
         run_document::{RunDocument, WorkloadDoc},
         terminal,

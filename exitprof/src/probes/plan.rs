@@ -865,9 +865,7 @@ fn resolve_site(
         note,
     };
     match site.hook {
-        Hook::BtfTracepoint(_)
-            if matches!(site.id, SiteId::Cgroup(_)) && !wants.cgroup_paths =>
-        {
+        Hook::BtfTracepoint(_) if matches!(site.id, SiteId::Cgroup(_)) && !wants.cgroup_paths => {
             Err("names the cgroups made and removed during a run: for --group-by cgroup".to_owned())
         }
         Hook::BtfTracepoint(name) => {

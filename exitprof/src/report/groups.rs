@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::{fmt_ns, table::TextTable};
-use crate::groups::{GroupBy, Groups};
+use crate::analysis::groups::{GroupBy, Groups};
 
 /// The groups of a run's exits.
 #[derive(Debug, Serialize)]

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use super::{
+    cgroupfs::CgroupTree,
     record::{Kind, Recorder},
     start::{Attached, Started, Stop},
 };
@@ -15,7 +16,6 @@ use crate::{
         session::Session,
     },
     base::signals::{Signals, signal_name},
-    groups::cgroupfs::CgroupTree,
     kernel::kallsyms::Kallsyms,
     probes::{
         load::Probes,

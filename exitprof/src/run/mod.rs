@@ -1,11 +1,14 @@
 //! One profiled run, end to end: check the request, plan, attach, start or find the target
 //! (`start`), collect its records (`collect`), detach, and what exitprof spent doing it
-//! (`own_cost`); and a run kept in a file, and read back from it (`record`).
+//! (`own_cost`); the live cgroup tree that names the cgroups made before the run
+//! (`cgroupfs`, for `--group-by cgroup`); and a run kept in a file, and read back from it
+//! (`record`).
 //!
 //! It ties the lower folders together and returns a [`RunOutcome`]; it must not import `cli`
 //! (`main.rs` hands it a [`RunRequest`]), nor the presentation layer that renders the outcome
 //! (`present`, `report`, `export`, `diff`).
 
+pub mod cgroupfs;
 pub mod collect;
 pub mod own_cost;
 pub mod record;
@@ -29,6 +32,7 @@ use crate::{
     analysis::{
         blocking::BlockedReport,
         deferred::DeferredWork,
+        groups::{GroupOptions, Groups},
         kept_exits::Pick,
         on_cpu::OnCpuReport,
         probe_effect::ProbeEffect,
@@ -37,7 +41,6 @@ use crate::{
         teardown::TeardownReports,
     },
     base::signals::Signals,
-    groups::{GroupOptions, Groups},
     kernel::kallsyms::Kallsyms,
     probes::{ProbeOptions, load::ProgramCost, maps::KernelLosses, plan::Plan},
     profiled::{

@@ -13,7 +13,6 @@ use exitprof_common::{names, sizes::COMM_LEN, task};
 
 use crate::{
     base::{UsageError, pidfd::PidFd},
-    groups::cgroupfs::{self, CgroupTree},
     kernel::{KernelFacts, bpf_object::BpfObject, kallsyms::Kallsyms, tracefs},
     probes::{
         ProbeOptions,
@@ -32,6 +31,8 @@ use crate::{
     },
     run::RunRequest,
 };
+
+use super::cgroupfs::{self, CgroupTree};
 
 /// Most threads in one burst when measuring how fast this machine can run a storm.
 const BURST_THREADS: u32 = 1000;

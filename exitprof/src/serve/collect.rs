@@ -11,13 +11,13 @@ use super::{
 };
 use crate::{
     analysis::{
+        groups::{GroupOptions, Groups},
         profile::Profile,
         records::{Exit, decode_deferred},
         session::Undecodable,
         teardown::{TeardownBuckets, TeardownKind, Teardowns},
     },
     base::signals::Signals,
-    groups::{GroupOptions, Groups},
     probes::{
         load::{Probes, ProgramCost},
         maps::KernelLosses,

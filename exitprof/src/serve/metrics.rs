@@ -8,6 +8,7 @@ use super::read_errors::ReadErrors;
 use crate::{
     analysis::{
         fixed_buckets::FixedBuckets,
+        groups::Groups,
         profile::Profile,
         records::ExitKind,
         teardown::{TeardownBuckets, TeardownCounts, TeardownKind},
@@ -16,7 +17,6 @@ use crate::{
         DIAGNOSTICS, LATENCY, LOSSES, TEARDOWN, TEARDOWN_WAIT, TextFormat, Writer,
         diagnostics_help, losses_help, seconds,
     },
-    groups::Groups,
     probes::load::ProgramCost,
     run::{Losses, own_cost},
 };

@@ -29,12 +29,14 @@ use self::{
     read_errors::ReadErrors,
 };
 use crate::{
-    analysis::profile::Profile,
+    analysis::{
+        groups::{GroupOptions, Groups},
+        profile::Profile,
+    },
     base::{
         UsageError,
         signals::{Signals, signal_name},
     },
-    groups::{GroupOptions, Groups},
     probes::{ProbeOptions, load::LoadOptions, prog_stats::enable_bpf_stats},
     profiled::Target,
     run::{

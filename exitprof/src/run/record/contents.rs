@@ -17,7 +17,7 @@ use exitprof_common::counters;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    groups::GroupOptions,
+    analysis::groups::GroupOptions,
     kernel::{bpf_object::BpfObject, exit_path::ExitPath, version::KernelVersion},
     probes::{
         load::ProgramCost,
@@ -291,7 +291,7 @@ mod tests {
     use exitprof_common::point::{ExitFn, Marker};
 
     use super::*;
-    use crate::groups::GroupBy;
+    use crate::analysis::groups::GroupBy;
     use crate::{analysis::stages::tests::plan, probes::plan::Unplanned};
 
     fn setup() -> RunSetup {

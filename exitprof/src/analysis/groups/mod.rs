@@ -3,7 +3,6 @@
 //! groups, each with its whole exit's latencies and its stages' series.
 
 pub mod cgroup_paths;
-pub mod cgroupfs;
 pub mod naming;
 
 use std::{
@@ -15,7 +14,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 use self::cgroup_paths::CgroupPaths;
-use crate::analysis::{
+use super::{
     fixed_buckets::FixedBuckets,
     histogram::Latency,
     profile::Profile,

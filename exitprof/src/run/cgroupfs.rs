@@ -9,8 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::cgroup_paths::encode_made;
-use crate::analysis::records::cgroup_of;
+use crate::analysis::{groups::cgroup_paths::encode_made, records::cgroup_of};
 
 /// Walks of the tree, at most one per this long: a miss on an exit of a cgroup made and removed
 /// between two walks must not walk a tree of thousands of cgroups at every exit.
