@@ -12,7 +12,6 @@ use super::{
         CONFIDENCE, Change, FEW_RUNS_FACTOR, FEW_RUNS_FLOOR, Figure, RUNS_FOR_AN_INTERVAL,
         row_level,
     },
-    verdict::{ROWS_NAMED, verdict},
 };
 use crate::analysis::on_cpu::{EXIT_FRAME, heaviest_chain};
 
@@ -166,6 +165,8 @@ struct RunFigures {
 }
 
 impl DiffDocument {
+    /// Sides `a` and `b` compared, the verdict left empty: [`DiffDocument::judged`] (in
+    /// `verdict.rs`, which reads the document) writes it.
     pub fn new(a: &[(String, RunView)], b: &[(String, RunView)]) -> Self {
         let views = |side: &[(String, RunView)]| side.iter().map(|(_, v)| v.clone()).collect();
         let (a_runs, b_runs): (Vec<RunView>, Vec<RunView>) = (views(a), views(b));
@@ -224,7 +225,7 @@ impl DiffDocument {
         let (a, b) = (SideDoc::new(a), SideDoc::new(b));
         let warnings = loss_warnings(&a, &b);
         let shown = |changes: &[StackChange]| changes[..changes.len().min(STACKS_SHOWN)].to_vec();
-        let mut doc = Self {
+        Self {
             a,
             b,
             noise,
@@ -239,9 +240,7 @@ impl DiffDocument {
             changed,
             warnings,
             verdict: String::new(),
-        };
-        doc.verdict = verdict(&doc);
-        doc
+        }
     }
 }
 
@@ -314,6 +313,9 @@ fn loss_warnings(a: &SideDoc, b: &SideDoc) -> Vec<String> {
     }
     warnings
 }
+
+/// Rows named in the verdict, largest change first.
+pub const ROWS_NAMED: usize = 3;
 
 /// Rows the verdict names: those beyond noise, largest change of time per exit first.
 pub fn named_rows(rows: &[RowDoc]) -> Vec<&RowDoc> {
@@ -560,7 +562,7 @@ mod tests {
         let a = runs(&[&tracepoint_cut(1_000.0), &tracepoint_cut(1_200.0), &tracepoint_cut(800.0)]);
         let b =
             runs(&[&tracepoint_cut(3_000.0), &tracepoint_cut(3_300.0), &tracepoint_cut(2_700.0)]);
-        let doc = DiffDocument::new(&a, &b);
+        let doc = DiffDocument::judged(&a, &b);
         assert!(doc.same_cut);
         assert_eq!((doc.noise.method, doc.rows.len()), ("interval", 4));
         let mm = &doc.rows[2];
@@ -590,7 +592,7 @@ mod tests {
     fn runs_that_differ_only_by_noise_change_nothing() {
         let a = runs(&[&tracepoint_cut(1_000.0), &tracepoint_cut(1_300.0), &tracepoint_cut(700.0)]);
         let b = runs(&[&tracepoint_cut(1_100.0), &tracepoint_cut(900.0), &tracepoint_cut(1_250.0)]);
-        let doc = DiffDocument::new(&a, &b);
+        let doc = DiffDocument::judged(&a, &b);
         assert!(!doc.changed);
         assert!(doc.rows.iter().all(|r| r.ns_per_exit.beyond_noise == Some(false)));
         assert!(
@@ -616,7 +618,7 @@ mod tests {
         let a = runs(&[&kprobe_cut(1_000.0), &kprobe_cut(1_100.0), &kprobe_cut(900.0)]);
         let b =
             runs(&[&tracepoint_cut(5_000.0), &tracepoint_cut(5_200.0), &tracepoint_cut(4_800.0)]);
-        let mut doc = DiffDocument::new(&a, &b);
+        let mut doc = DiffDocument::judged(&a, &b);
         assert!(!doc.same_cut);
         let names: Vec<&str> = doc.rows.iter().map(|r| r.group.name.as_str()).collect();
         assert_eq!(
@@ -652,7 +654,7 @@ mod tests {
         let to_schedule: &[&str] =
             &["perf_event_exit_task", "exit_mm", "exit_files", "exit_notify", "__schedule"];
         let blocked = [start, mm, ("perf_event_exit_task…__schedule", to_schedule, 30_000.0), end];
-        let doc = DiffDocument::new(&runs(&[&blocked]), &runs(&[&tracepoint_cut(1_000.0)]));
+        let doc = DiffDocument::judged(&runs(&[&blocked]), &runs(&[&tracepoint_cut(1_000.0)]));
         assert!(doc.same_cut, "{}", doc.verdict);
         let path = doc.rows.iter().find(|r| r.group.name == "perf_event_exit_task…__schedule");
         let path = path.unwrap();
@@ -669,7 +671,7 @@ mod tests {
     #[test]
     fn one_run_a_side_cannot_tell_a_change_from_noise_unless_it_doubles() {
         let one = |mm: f64| runs(&[&tracepoint_cut(mm)]);
-        let doc = DiffDocument::new(&one(1_000.0), &one(1_500.0));
+        let doc = DiffDocument::judged(&one(1_000.0), &one(1_500.0));
         assert_eq!(doc.noise.method, "factor");
         assert!(!doc.changed && doc.rows.iter().all(|r| r.ns_per_exit.interval.is_none()));
         assert!(
@@ -681,7 +683,7 @@ mod tests {
             "{}",
             doc.verdict
         );
-        let doc = DiffDocument::new(&one(1_000.0), &one(8_000.0));
+        let doc = DiffDocument::judged(&one(1_000.0), &one(8_000.0));
         let mm = &doc.rows[2];
         assert_eq!((mm.ns_per_exit.beyond_noise, mm.ns_per_exit.interval), (Some(true), None));
         // The whole exit grows 2.4x, the stage 8x.
@@ -705,7 +707,7 @@ mod tests {
             }
             vec![("run.json".to_owned(), view(&doc))]
         };
-        let doc = DiffDocument::new(&blocked(0.1), &blocked(0.9));
+        let doc = DiffDocument::judged(&blocked(0.1), &blocked(0.9));
         let exit = &doc.rows[0];
         assert_eq!(exit.ns_per_exit.beyond_noise, None);
         assert_eq!(exit.off_cpu_ns_per_exit.beyond_noise, None);
@@ -739,7 +741,7 @@ mod tests {
 
     #[test]
     fn the_verdict_names_the_code_whose_time_moved() {
-        let doc = DiffDocument::new(&[teardown(1_000.0, 0, 0)], &[teardown(8_000.0, 0, 0)]);
+        let doc = DiffDocument::judged(&[teardown(1_000.0, 0, 0)], &[teardown(8_000.0, 0, 0)]);
         let code = &doc.moved_code[0];
         let chain = code.on_cpu.as_ref().unwrap();
         assert_eq!(chain.frames[..3], ["zap_pte_range", "unmap_page_range", "unmap_vmas"]);
@@ -760,7 +762,8 @@ mod tests {
 
     #[test]
     fn a_side_that_lost_many_exits_is_not_compared_as_an_equal() {
-        let doc = DiffDocument::new(&[teardown(1_000.0, 9_900, 9_900)], &[teardown(1_000.0, 0, 0)]);
+        let doc =
+            DiffDocument::judged(&[teardown(1_000.0, 9_900, 9_900)], &[teardown(1_000.0, 0, 0)]);
         assert_eq!(
             (doc.a.lost.clone(), doc.a.lost_ringbuf_full.clone()),
             (vec![9_900], vec![9_900])
@@ -775,7 +778,7 @@ mod tests {
         let text = super::super::text::render(&doc);
         assert!(text.contains("9900 lost (99.0%, 9900 to a full ring buffer)"), "{text}");
         // A few lost alike on both sides: nothing to warn of.
-        let doc = DiffDocument::new(&[teardown(1_000.0, 1, 0)], &[teardown(1_000.0, 1, 1)]);
+        let doc = DiffDocument::judged(&[teardown(1_000.0, 1, 0)], &[teardown(1_000.0, 1, 1)]);
         assert!(doc.warnings.is_empty(), "{:?}", doc.warnings);
     }
 
@@ -801,7 +804,7 @@ mod tests {
             ("run.json".to_owned(), view(&doc))
         };
         let doc =
-            DiffDocument::new(&[with_teardowns("6.1", 400e6)], &[with_teardowns("7.3", 100e6)]);
+            DiffDocument::judged(&[with_teardowns("6.1", 400e6)], &[with_teardowns("7.3", 100e6)]);
         assert_eq!(doc.teardowns.len(), 1, "{:?}", doc.teardowns);
         let net = &doc.teardowns[0];
         assert_eq!(net.name, "network namespace teardown (cleanup_net)");
@@ -812,7 +815,7 @@ mod tests {
         assert!(text.contains("network namespace teardown (cleanup_net)"), "{text}");
         // Documents of an earlier exitprof have no teardowns: no row.
         let plain = || ("run.json".to_owned(), view(&document(100, &tracepoint_cut(1_000.0))));
-        assert!(DiffDocument::new(&[plain()], &[plain()]).teardowns.is_empty());
+        assert!(DiffDocument::judged(&[plain()], &[plain()]).teardowns.is_empty());
     }
 
     #[test]
@@ -830,7 +833,7 @@ mod tests {
         };
         let a = [with_stacks(10_000.0, 50_000.0), with_stacks(30_000.0, 50_000.0)];
         let b = [with_stacks(100_000.0, 20_000.0)];
-        let doc = DiffDocument::new(&a, &b);
+        let doc = DiffDocument::judged(&a, &b);
         let blocked = &doc.blocked_in[0];
         assert_eq!(blocked.row, "perf_event_exit_task…exit_thread");
         assert_eq!((blocked.a_ns_per_exit, blocked.b_ns_per_exit), (200.0, 1_000.0));

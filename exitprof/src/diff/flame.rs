@@ -65,7 +65,7 @@ mod tests {
 
     #[test]
     fn both_sides_fold_under_the_rows_with_their_time_per_exit() {
-        let doc = DiffDocument::new(&[run(1_000.0, 500.0)], &[run(8_000.0, 0.0)]);
+        let doc = DiffDocument::judged(&[run(1_000.0, 500.0)], &[run(8_000.0, 0.0)]);
         assert_eq!(
             lines(&doc),
             [

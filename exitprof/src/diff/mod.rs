@@ -56,7 +56,7 @@ pub fn diff(request: &DiffRequest) -> anyhow::Result<DiffReport> {
     };
     let (a, b) = (read(&request.a)?, read(&request.b)?);
     refuse_copies(&a, &b)?;
-    let doc = DiffDocument::new(&a, &b);
+    let doc = DiffDocument::judged(&a, &b);
     let document = format!("{}\n", serde_json::to_string_pretty(&doc)?);
     let exports = request
         .exports

@@ -159,7 +159,7 @@ mod tests {
         };
         let a = [run(1_000.0), run(1_100.0), run(900.0)];
         let b = [run(8_000.0), run(8_100.0), run(7_900.0)];
-        let svg = String::from_utf8(encode(&DiffDocument::new(&a, &b)).unwrap()).unwrap();
+        let svg = String::from_utf8(encode(&DiffDocument::judged(&a, &b)).unwrap()).unwrap();
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         for text in ["exit_mm: +7.0µs (+700%) per exit, beyond noise", "a…b", "whisker: A"] {
             assert!(svg.contains(text), "the figure does not show {text}");

@@ -2,7 +2,8 @@
 //! run-to-run noise, and where the change is.
 
 use super::{
-    document::{DiffDocument, MovedCode, NoiseDoc, RowDoc, named_rows},
+    RunView,
+    document::{DiffDocument, MovedCode, NoiseDoc, ROWS_NAMED, RowDoc, named_rows},
     noise::Change,
 };
 use crate::{
@@ -10,8 +11,6 @@ use crate::{
     report::{fmt_ns, signed},
 };
 
-/// Rows named in the verdict, largest change first.
-pub const ROWS_NAMED: usize = 3;
 /// Frames of a chain the verdict names, innermost first (as a run's verdict does).
 const CHAIN_SHOWN: usize = 6;
 /// Functions of what a row covers the verdict names.
@@ -19,7 +18,17 @@ const COVERS_SHOWN: usize = 4;
 /// A part of a row's change (on or off a CPU) worth naming the code of.
 const WORTH_NAMING: f64 = 0.25;
 
-pub fn verdict(doc: &DiffDocument) -> String {
+impl DiffDocument {
+    /// Sides `a` and `b` compared, with the verdict.
+    pub fn judged(a: &[(String, RunView)], b: &[(String, RunView)]) -> Self {
+        let mut doc = Self::new(a, b);
+        doc.verdict = verdict(&doc);
+        doc
+    }
+}
+
+/// The verdict in words on `doc`.
+fn verdict(doc: &DiffDocument) -> String {
     let exit = &doc.rows[0].ns_per_exit;
     let mut text = format!(
         "An exit takes {} in B against {} in A, {}{}: {}.",
