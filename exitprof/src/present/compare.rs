@@ -1,6 +1,6 @@
 //! A compare's or a sweep's outcome presented: its document, its tables and its exports.
 
-use super::{check_exports, publish};
+use super::publish::{check_exports, publish};
 use crate::{
     base::runtime,
     compare::{self, CompareRequest, Compared, Comparison},

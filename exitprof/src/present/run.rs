@@ -5,7 +5,7 @@ use std::path::Path;
 
 use exitprof_common::counters;
 
-use super::{check_exports, publish};
+use super::publish::{check_exports, publish};
 use crate::{
     analysis::stage_detail::{self, StageDetail},
     base::{UsageError, runtime},
