@@ -11,6 +11,10 @@ use std::{
 use anyhow::Context as _;
 use exitprof_common::{names, sizes::COMM_LEN, task};
 
+use super::{
+    cgroupfs::{self, CgroupTree},
+    outcome::RunRequest,
+};
 use crate::{
     base::{UsageError, pidfd::PidFd},
     kernel::{KernelFacts, bpf_object::BpfObject, kallsyms::Kallsyms, tracefs},
@@ -29,10 +33,7 @@ use crate::{
             threads,
         },
     },
-    run::RunRequest,
 };
-
-use super::cgroupfs::{self, CgroupTree};
 
 /// Most threads in one burst when measuring how fast this machine can run a storm.
 const BURST_THREADS: u32 = 1000;

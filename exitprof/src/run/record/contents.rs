@@ -25,7 +25,10 @@ use crate::{
         plan::{AttachMode, How, Plan, Planned, SiteId, Unplanned},
     },
     profiled::{ForkParams, NetnsParams, Storm, Target, ThreadsParams, workload::ChildOutcome},
-    run::{Ended, RunEnd, RunOutcome, RunSetup, own_cost::OwnCost},
+    run::{
+        outcome::{Ended, RunEnd, RunOutcome, RunSetup},
+        own_cost::OwnCost,
+    },
 };
 
 /// The first frame: what the run set out to do.

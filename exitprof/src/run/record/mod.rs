@@ -36,7 +36,7 @@ use crate::{
     },
     base::atomic_file,
     kernel::kallsyms::Kallsyms,
-    run::{RunOutcome, RunSetup},
+    run::outcome::{RunOutcome, RunSetup},
 };
 
 /// Checks, before anything runs, that a record can be written to `path`.

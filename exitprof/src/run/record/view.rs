@@ -7,7 +7,7 @@ use super::selection::ExitFilter;
 use super::{ReadError, replay, replay_selected};
 use crate::{
     analysis::records::{ExitKind, TaskName},
-    run::RunOutcome,
+    run::outcome::RunOutcome,
 };
 
 /// A view: of whose exits, shown how.
