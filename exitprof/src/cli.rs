@@ -7,7 +7,7 @@ use std::{ffi::OsString, net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{
     ArgMatches, Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum,
-    error::ErrorKind, parser::ValueSource,
+    builder::PossibleValue, error::ErrorKind, parser::ValueSource,
 };
 
 use crate::{
@@ -125,8 +125,8 @@ pub struct PlanArgs {
 pub struct ProbeArgs {
     /// Attach mode: per point the best available (auto), or force one mode and fail where the
     /// kernel cannot do it.
-    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
-    pub attach: AttachMode,
+    #[arg(long, value_enum, default_value_t = AttachArg::Auto)]
+    pub attach: AttachArg,
     /// Instances per kretprobe: how many tasks may be inside one probed function at once
     /// before returns are missed (and counted).
     #[arg(long, value_name = "N", default_value_t = kprobe_events::MAX_ACTIVE,
@@ -157,8 +157,8 @@ pub struct ProbeArgs {
     /// Which probe points to attach: every one (full), or only an exit's first probe and its
     /// final switch-out (minimal: the exit is one stage, and carries the fewest of exitprof's
     /// own program runs).
-    #[arg(long, value_enum, value_name = "SET", default_value_t = PointSet::Full)]
-    pub points: PointSet,
+    #[arg(long, value_enum, value_name = "SET", default_value_t = PointsArg::Full)]
+    pub points: PointsArg,
 }
 
 /// The sampling rate when none is asked for: odd, so that it does not tick in step with the
@@ -182,6 +182,159 @@ impl Switch {
             Self::Auto => None,
             Self::On => Some(true),
             Self::Off => Some(false),
+        }
+    }
+}
+
+/// `--attach`: how the probes are attached ([`AttachMode`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AttachArg {
+    /// Per point, the best the kernel offers: fentry, then kprobe, then tracepoints.
+    Auto,
+    /// kprobes and kretprobes on functions (tracepoints where a point is one).
+    Kprobe,
+    /// fentry and fexit on functions (tracepoints where a point is one).
+    Fentry,
+    /// Tracepoints only.
+    Tracepoint,
+}
+
+impl From<AttachArg> for AttachMode {
+    fn from(arg: AttachArg) -> Self {
+        match arg {
+            AttachArg::Auto => Self::Auto,
+            AttachArg::Kprobe => Self::Kprobe,
+            AttachArg::Fentry => Self::Fentry,
+            AttachArg::Tracepoint => Self::Tracepoint,
+        }
+    }
+}
+
+/// `--points`: which probe points are attached ([`PointSet`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PointsArg {
+    /// Every point the kernel offers: the exit cut into stages, deferred work joined.
+    Full,
+    /// Every point of the exit itself, and of the namespace teardowns exits set off, without
+    /// the probes of other deferred work (`kfree` fires on every free of the machine, a
+    /// `free_ipc` run's kworker is not followed): what `serve` attaches, which joins only
+    /// teardowns.
+    Stages,
+    /// Only what an exit's start and end need: its first probe and the final switch-out. The
+    /// exit is one stage; it checks what the other points cost the exits they time.
+    Minimal,
+}
+
+impl From<PointsArg> for PointSet {
+    fn from(arg: PointsArg) -> Self {
+        match arg {
+            PointsArg::Full => Self::Full,
+            PointsArg::Stages => Self::Stages,
+            PointsArg::Minimal => Self::Minimal,
+        }
+    }
+}
+
+/// `--format`: an export file format ([`Format`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// HdrHistogram interval log: one compressed histogram per stage, tagged.
+    Hlog,
+    /// The `--json` document, histogram buckets included.
+    Json,
+    /// Each stage's percentile distribution, one row per percentile.
+    Csv,
+    /// A figure: latency by percentile per stage, and each stage's share of the exit.
+    Svg,
+    /// Prometheus text exposition format: a histogram per stage, and counters.
+    Prom,
+    /// Folded kernel stacks (`root;stage;frame;... µs`) where exits computed and blocked, for
+    /// flamegraph.pl and inferno.
+    Folded,
+    /// A flame graph of the folded stacks.
+    FlameSvg,
+    /// One self-contained HTML report: the tables, the figure and a flame graph one can zoom,
+    /// nothing fetched from elsewhere.
+    Html,
+}
+
+impl From<FormatArg> for Format {
+    fn from(arg: FormatArg) -> Self {
+        match arg {
+            FormatArg::Hlog => Self::Hlog,
+            FormatArg::Json => Self::Json,
+            FormatArg::Csv => Self::Csv,
+            FormatArg::Svg => Self::Svg,
+            FormatArg::Prom => Self::Prom,
+            FormatArg::Folded => Self::Folded,
+            FormatArg::FlameSvg => Self::FlameSvg,
+            FormatArg::Html => Self::Html,
+        }
+    }
+}
+
+/// `--group-by`: what exits are grouped by ([`GroupBy`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GroupByArg {
+    /// The cgroup (v2) the exiting task was in, named as its container, pod or service.
+    Cgroup,
+    /// The name (comm) of the exiting task's process.
+    Comm,
+}
+
+impl From<GroupByArg> for GroupBy {
+    fn from(arg: GroupByArg) -> Self {
+        match arg {
+            GroupByArg::Cgroup => Self::Cgroup,
+            GroupByArg::Comm => Self::Comm,
+        }
+    }
+}
+
+/// `--toggle` and `__condition`'s condition: something a run can have on or off
+/// ([`Condition`]: its names and descriptions are the values and their help).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConditionArg {
+    TaskstatsListener,
+    Delayacct,
+    Probes,
+    PointSet,
+}
+
+impl From<ConditionArg> for Condition {
+    fn from(arg: ConditionArg) -> Self {
+        match arg {
+            ConditionArg::TaskstatsListener => Self::TaskstatsListener,
+            ConditionArg::Delayacct => Self::Delayacct,
+            ConditionArg::Probes => Self::Probes,
+            ConditionArg::PointSet => Self::PointSet,
+        }
+    }
+}
+
+impl ValueEnum for ConditionArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Self::TaskstatsListener, Self::Delayacct, Self::Probes, Self::PointSet]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        let condition = Condition::from(*self);
+        Some(PossibleValue::new(condition.name()).help(condition.description()))
+    }
+}
+
+/// `__condition`'s side: which side of a condition a run has ([`Side`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SideArg {
+    On,
+    Off,
+}
+
+impl From<SideArg> for Side {
+    fn from(arg: SideArg) -> Self {
+        match arg {
+            SideArg::On => Self::On,
+            SideArg::Off => Self::Off,
         }
     }
 }
@@ -212,7 +365,7 @@ pub struct RunArgs {
     pub exports: Vec<PathBuf>,
     /// The format of the --export paths whose extension names none.
     #[arg(long, value_enum, value_name = "FMT", requires = "exports")]
-    pub format: Option<Format>,
+    pub format: Option<FormatArg>,
     /// Size of the kernel-to-userspace ring buffer for exit records (a power of two) [default:
     /// from the storm, 256 KiB to 4 MiB; 4 MiB when watching].
     #[arg(long, value_name = "BYTES", value_parser = parse_ringbuf_size)]
@@ -243,7 +396,7 @@ pub struct GroupArgs {
     /// Split the exits by workload: by the cgroup (v2) they ran in, named as its container,
     /// pod or service, or by their process's name (comm).
     #[arg(long, value_enum, value_name = "BY")]
-    pub group_by: Option<GroupBy>,
+    pub group_by: Option<GroupByArg>,
     /// Groups kept apart, at most: the exits of any other go to the group "other".
     #[arg(
         long,
@@ -280,7 +433,7 @@ pub struct ReportArgs {
     pub exports: Vec<PathBuf>,
     /// The format of the --export paths whose extension names none.
     #[arg(long, value_enum, value_name = "FMT", requires = "exports")]
-    pub format: Option<Format>,
+    pub format: Option<FormatArg>,
     /// Only the exits of process PID (those of all its threads), or of thread PID alone where
     /// PID is a thread's id and not its process's, as exitprof's PID namespace saw them. The
     /// exits the run lost cannot be told apart by process: the report gives the run's.
@@ -521,7 +674,7 @@ impl Cli {
                      point-set counts the program runs on both sides itself)",
                 ));
             }
-            if !plain && run.probes.points == PointSet::Minimal {
+            if !plain && run.probes.points == PointsArg::Minimal {
                 return Err(command.error(
                     ErrorKind::ArgumentConflict,
                     "--points minimal applies to a plain run; compare --toggle point-set runs \
@@ -540,7 +693,7 @@ pub struct CompareArgs {
     pub run: RunArgs,
     /// The condition switched on and off between runs.
     #[arg(long, value_enum, value_name = "CONDITION")]
-    pub toggle: Condition,
+    pub toggle: ConditionArg,
     /// Runs of each side (the 2006 LKML taskstats benchmark averaged 10).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     pub runs: u32,
@@ -578,8 +731,8 @@ pub struct ServeArgs {
     pub listen: SocketAddr,
     /// Attach mode: per point the best available (auto), or force one mode and fail where the
     /// kernel cannot do it.
-    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
-    pub attach: AttachMode,
+    #[arg(long, value_enum, default_value_t = AttachArg::Auto)]
+    pub attach: AttachArg,
     /// Use the exit syscalls' tracepoints to time exits from their start where `do_exit`
     /// cannot be probed (tracepoint mode). They make every syscall of the machine take the
     /// kernel's slower traced path, so they are off unless asked for.
@@ -706,9 +859,9 @@ pub struct ConditionArgs {
 #[derive(Debug, Args)]
 pub struct HoldArgs {
     #[arg(value_enum)]
-    pub condition: Condition,
+    pub condition: ConditionArg,
     #[arg(value_enum)]
-    pub side: Side,
+    pub side: SideArg,
     #[command(flatten)]
     pub options: ConditionArgs,
     /// The command to run while the condition holds.
@@ -722,7 +875,7 @@ pub struct HoldArgs {
 impl RunArgs {
     /// Each `--export` path with its format; a usage error when a format cannot be told.
     pub fn export_targets(&self) -> Result<Vec<ExportTarget>, clap::Error> {
-        export::targets(&self.exports, self.format)
+        export::targets(&self.exports, self.format.map(Format::from))
             .map_err(|why| Cli::command().error(ErrorKind::ValueValidation, why))
     }
 
@@ -753,7 +906,7 @@ impl RecordArgs {
 impl ReportArgs {
     /// Each `--export` path with its format; a usage error when a format cannot be told.
     pub fn export_targets(&self) -> Result<Vec<ExportTarget>, clap::Error> {
-        export::targets(&self.exports, self.format)
+        export::targets(&self.exports, self.format.map(Format::from))
             .map_err(|why| Cli::command().error(ErrorKind::ValueValidation, why))
     }
 
@@ -784,7 +937,7 @@ impl ServeArgs {
         ServeRequest {
             target,
             probes: ProbeOptions {
-                attach: self.attach,
+                attach: self.attach.into(),
                 kretprobe_maxactive: kprobe_events::MAX_ACTIVE,
                 syscall_tracepoints: self.syscall_tracepoints.choice(),
                 block_stacks: false,
@@ -841,7 +994,7 @@ impl CompareArgs {
     pub fn request(&self, staggers: Option<Vec<u32>>) -> CompareRequest {
         CompareRequest {
             run: self.run.request(),
-            toggle: self.toggle,
+            toggle: self.toggle.into(),
             runs: self.runs,
             condition: self.condition.options(),
             staggers,
@@ -853,12 +1006,12 @@ impl ProbeArgs {
     /// How the probes are to be attached.
     pub fn options(self) -> ProbeOptions {
         ProbeOptions {
-            attach: self.attach,
+            attach: self.attach.into(),
             kretprobe_maxactive: self.kretprobe_maxactive,
             syscall_tracepoints: self.syscall_tracepoints.choice(),
             block_stacks: !self.no_block_stacks,
             sample_hz: if self.no_cpu_stacks { 0 } else { self.sample_hz },
-            points: self.points,
+            points: self.points.into(),
             cgroup_paths: false,
         }
     }
@@ -868,12 +1021,16 @@ impl GroupArgs {
     /// Whether exits are grouped by cgroup, which needs the cgroups made and removed during the
     /// run named.
     fn by_cgroup(self) -> bool {
-        self.group_by == Some(GroupBy::Cgroup)
+        self.group_by == Some(GroupByArg::Cgroup)
     }
 
     /// The grouping asked for, with the time to live of `serve`'s groups.
     pub fn options(self, ttl: Option<Duration>) -> Option<GroupOptions> {
-        self.group_by.map(|by| GroupOptions { by, max_groups: self.max_groups as usize, ttl })
+        self.group_by.map(|by| GroupOptions {
+            by: by.into(),
+            max_groups: self.max_groups as usize,
+            ttl,
+        })
     }
 }
 
@@ -1237,12 +1394,12 @@ mod tests {
 
     #[test]
     fn the_point_set_is_full_unless_asked_and_compare_toggles_it_itself() {
-        assert_eq!(parse(&[]).unwrap().run.probes.points, PointSet::Full);
+        assert_eq!(parse(&[]).unwrap().run.probes.options().points, PointSet::Full);
         let minimal = parse(&["--points", "minimal"]).unwrap();
         assert_eq!(minimal.run.probes.options().points, PointSet::Minimal);
         let toggled = parse(&["compare", "--toggle", "point-set"]).unwrap();
         let Some(Command::Compare(compare)) = toggled.command else { panic!("not compare") };
-        assert_eq!(compare.toggle, Condition::PointSet);
+        assert_eq!(Condition::from(compare.toggle), Condition::PointSet);
         let err = parse(&["compare", "--toggle", "point-set", "--points", "minimal"]).unwrap_err();
         assert_eq!(err.exit_code(), 2);
         assert!(err.to_string().contains("--points minimal"), "{err}");
@@ -1356,6 +1513,15 @@ mod tests {
             assert!(err.to_string().contains(mentions), "{args:?}: {err}");
         }
         assert_eq!(parse(&["diff"]).unwrap_err().exit_code(), 2);
+    }
+
+    #[test]
+    fn conditions_are_named_on_the_command_line_as_in_documents() {
+        for &arg in ConditionArg::value_variants() {
+            let condition = Condition::from(arg);
+            assert_eq!(ConditionArg::from_str(condition.name(), false), Ok(arg));
+            assert_eq!(serde_json::to_value(condition).unwrap(), condition.name());
+        }
     }
 
     #[test]

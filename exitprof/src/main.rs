@@ -47,9 +47,12 @@ fn main() -> ExitCode {
             workload::run_child(child.channel_fd, child.command.driver())
         }
         Some(Command::Plan(args)) => present::plan(args.probes.options(), args.json),
-        Some(Command::Condition(args)) => {
-            hold::run(args.condition, args.side, args.options.options(), &args.command)
-        }
+        Some(Command::Condition(args)) => hold::run(
+            args.condition.into(),
+            args.side.into(),
+            args.options.options(),
+            &args.command,
+        ),
         Some(Command::Floor { bpf_stats }) => {
             base::runtime().and_then(|rt| rt.block_on(probes::floor::hold(bpf_stats)))
         }

@@ -23,7 +23,6 @@ pub mod delayacct;
 pub mod hold;
 pub mod taskstats_listener;
 
-use clap::{ValueEnum, builder::PossibleValue};
 use serde::{Serialize, Serializer};
 
 use self::{
@@ -41,7 +40,7 @@ pub enum Condition {
 }
 
 /// Which side of a condition a run has.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Side {
     On,
@@ -109,21 +108,6 @@ impl Condition {
             | (Condition::Probes | Condition::PointSet, _) => Held::Nothing,
         };
         Ok(ConditionGuard { condition: self, side, held: Some(held) })
-    }
-}
-
-impl ValueEnum for Condition {
-    fn value_variants<'a>() -> &'a [Self] {
-        &[
-            Condition::TaskstatsListener,
-            Condition::Delayacct,
-            Condition::Probes,
-            Condition::PointSet,
-        ]
-    }
-
-    fn to_possible_value(&self) -> Option<PossibleValue> {
-        Some(PossibleValue::new(self.name()).help(self.description()))
     }
 }
 
@@ -197,14 +181,6 @@ impl Drop for ConditionGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_parse_back() {
-        for &condition in Condition::value_variants() {
-            assert_eq!(Condition::from_str(condition.name(), false), Ok(condition));
-            assert_eq!(serde_json::to_value(condition).unwrap(), condition.name());
-        }
-    }
 
     #[test]
     fn only_probes_off_detaches_the_probes() {

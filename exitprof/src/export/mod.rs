@@ -39,7 +39,7 @@ use crate::{
 };
 
 /// An export file format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     /// HdrHistogram interval log: one compressed histogram per stage, tagged.
     Hlog,

@@ -20,7 +20,7 @@ use crate::kernel::{
 };
 
 /// The attach mode asked for on the command line.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AttachMode {
     /// Per point, the best the kernel offers: fentry, then kprobe, then tracepoints.
@@ -46,7 +46,7 @@ impl fmt::Display for AttachMode {
 }
 
 /// Which probe points are attached (`--points`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PointSet {
     /// Every point the kernel offers: the exit cut into stages, deferred work joined.

@@ -24,7 +24,7 @@ use super::{
 };
 
 /// What exits are grouped by.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GroupBy {
     /// The cgroup (v2) the exiting task was in, named as its container, pod or service.
