@@ -1,11 +1,15 @@
-//! The rules of exitprof/src's layout that the compiler does not enforce, checked by
-//! `cargo xtask test` with the other lints: each folder's module comment says what it must not
-//! import, and the rules here keep the arrows between layers running one way. From the top:
-//! `main.rs` and `cli.rs`; the presentation layer (`present/` over `report/`, `export/` and
-//! `diff/`); `run/` and `compare/`, which produce outcomes; the folders they are made of; and
-//! `base/`, the ground floor.
+//! The layering of exitprof/src that the compiler does not enforce, checked by `cargo xtask
+//! test` with the other lints. Its folders are stacked in [`LAYERS`], from the ground floor up:
+//! a file imports from its own folder and from the layers below, never from a layer above nor
+//! from another folder of its own layer, and no files import each other in a circle. A few
+//! crates belong to one layer only ([`CRATES`]).
+//!
+//! Imports are the `crate::`, `super::` and `self::` paths of the code (in `use` or inline),
+//! comments and rustdoc links aside. A file's unit tests count for the layers, not for the
+//! circles: a test may drive its module together with the one that reads its output.
 
 use std::{
+    collections::{BTreeMap, BTreeSet},
     fs,
     path::{Path, PathBuf},
 };
@@ -14,108 +18,354 @@ use anyhow::{Context as _, bail};
 
 use crate::command::workspace_root;
 
-/// Files of exitprof/src (those under `folders`, or all but `main.rs` and `cli.rs` when there
-/// are none) must not use any path through one of `names`.
-struct Rule {
-    folders: &'static [&'static str],
-    names: &'static [&'static str],
-    why: &'static str,
-}
-
-/// `run/` and `compare/`, which produce outcomes, and the folders they are made of.
-const BELOW_PRESENTATION: [&str; 9] =
-    ["run", "compare", "analysis", "groups", "probes", "kernel", "conditions", "profiled", "base"];
-
-/// The presentation layer: what renders outcomes.
-const PRESENTATION: [&str; 4] = ["present", "report", "export", "diff"];
-
-/// Every module but the ground floor.
-const ABOVE_BASE: [&str; 14] = [
-    "cli",
-    "present",
-    "report",
-    "export",
-    "diff",
-    "run",
-    "compare",
-    "serve",
-    "analysis",
-    "groups",
-    "probes",
-    "kernel",
-    "conditions",
-    "profiled",
+/// exitprof/src's top-level modules, from the ground floor up. Folders of one layer do not
+/// import each other.
+const LAYERS: &[&[&str]] = &[
+    // exitprof's signals, pidfds, files written atomically, usage errors.
+    &["base"],
+    // Facts about the running kernel: version, BTF, symbols, the exit path per version.
+    &["kernel"],
+    // The eBPF object: the probe plan, loading and attaching, the maps it fills.
+    &["probes"],
+    // What compare switches on and off; what is profiled (storms, watched processes).
+    &["conditions", "profiled"],
+    // Pure: records into numbers (stages, histograms, groups, teardowns, stacks).
+    &["analysis"],
+    // One run, end to end, and a run kept in a file; it produces an outcome.
+    &["run"],
+    // The same storm with a condition on and off; it produces an outcome.
+    &["compare"],
+    // What a person reads of an outcome: documents, the terminal report, verdicts.
+    &["report"],
+    // Files for other tools, encoded from the outcomes and their documents.
+    &["export"],
+    // `serve`'s collection loop and metrics; `diff` of saved runs.
+    &["serve", "diff"],
+    // The presentation layer: prints and writes what the commands produce.
+    &["present"],
+    // The command line: clap's structs, turned into requests.
+    &["cli"],
+    // main.rs: dispatch.
+    &["main"],
 ];
 
-const RULES: &[Rule] = &[
-    Rule {
-        folders: &["analysis"],
+/// Crates only some layers may use, and why.
+const CRATES: &[CrateRule] = &[
+    CrateRule {
         names: &["aya", "aya_obj", "tokio"],
+        forbidden_in: &["analysis"],
         why: "analysis/ is pure: it turns records into numbers, without the eBPF object or the \
               async runtime",
     },
-    Rule {
-        folders: &[],
-        names: &["cli"],
-        why: "only main.rs reads clap's structs; everything else reads the requests cli.rs \
-              builds",
-    },
-    Rule {
-        folders: &BELOW_PRESENTATION,
-        names: &PRESENTATION,
-        why: "run and compare (and the folders they are made of) return outcomes, which the \
-              presentation layer above them (present, report, export, diff) renders: an import \
-              of it from below would make the arrows run both ways",
-    },
-    Rule {
-        folders: &["report", "export", "diff"],
-        names: &["present"],
-        why: "present is the top of the presentation layer: it uses report, export and diff to \
-              render outcomes, never the other way round",
-    },
-    Rule {
-        folders: &["base"],
-        names: &ABOVE_BASE,
-        why: "base is the ground floor that every folder may use: it uses none of them",
+    CrateRule {
+        names: &["clap"],
+        forbidden_in: &[
+            "base",
+            "kernel",
+            "probes",
+            "conditions",
+            "profiled",
+            "analysis",
+            "run",
+            "compare",
+            "report",
+            "export",
+            "serve",
+            "diff",
+        ],
+        why: "the command line is the top's (main.rs, cli/, and present/'s manual pages): the \
+              domain reads requests, never clap's values",
     },
 ];
 
-impl Rule {
-    fn applies_to(&self, file: &Path) -> bool {
-        if self.folders.is_empty() {
-            file != Path::new("main.rs") && file != Path::new("cli.rs")
-        } else {
-            self.folders.iter().any(|folder| file.starts_with(folder))
-        }
-    }
+/// Crates whose paths `forbidden_in` folders must not use.
+struct CrateRule {
+    names: &'static [&'static str],
+    forbidden_in: &'static [&'static str],
+    why: &'static str,
 }
 
-/// Checks every file of exitprof/src against [`RULES`]; fails naming each file:line that breaks
-/// one.
+/// Checks exitprof/src against [`LAYERS`], [`CRATES`] and for circles; fails naming each
+/// file:line that breaks a rule, and each circle.
 pub fn check() -> anyhow::Result<()> {
     let src = workspace_root().join("exitprof/src");
-    let mut broken = Vec::new();
+    let mut files = BTreeMap::new();
     for path in rust_files(&src)? {
-        let file = path.strip_prefix(&src)?;
+        let file = path.strip_prefix(&src)?.to_path_buf();
         let text =
             fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        broken.extend(breaches(file, &text));
+        files.insert(file, text);
     }
+    let broken = breaches(&files);
     if !broken.is_empty() {
         bail!("the layout's rules are broken:\n{}", broken.join("\n"));
     }
     Ok(())
 }
 
-/// Where `text`, the file `file` of exitprof/src, breaks one of [`RULES`], and why.
-fn breaches(file: &Path, text: &str) -> Vec<String> {
+/// Where `files` (path under exitprof/src -> text) break a rule, and why.
+fn breaches(files: &BTreeMap<PathBuf, String>) -> Vec<String> {
+    let modules: BTreeMap<Vec<String>, &Path> =
+        files.keys().map(|file| (module_of(file), file.as_path())).collect();
     let mut broken = Vec::new();
-    for rule in RULES.iter().filter(|rule| rule.applies_to(file)) {
-        for (line, name) in uses(text, rule.names) {
-            broken.push(format!("exitprof/src/{}:{line}: {name}: {}", file.display(), rule.why));
+    let mut graph: BTreeMap<&Path, BTreeSet<&Path>> = BTreeMap::new();
+    for (file, text) in files {
+        let here = module_of(file);
+        let top = top_of(&here);
+        let Some(layer) = layer_of(top) else {
+            broken.push(format!(
+                "exitprof/src/{}: {top} is in no layer: place it in xtask/src/layout.rs's LAYERS",
+                file.display()
+            ));
+            continue;
+        };
+        let (code, tests) = split_tests(text);
+        for (line, path, in_tests) in imports(code)
+            .into_iter()
+            .map(|(l, p)| (l, p, false))
+            .chain(imports(tests).into_iter().map(|(l, p)| (l + line_count(code), p, true)))
+        {
+            // A file's tests are its module `tests`: their `super` is the file.
+            let from =
+                if in_tests { [&here[..], &["tests".to_owned()]].concat() } else { here.clone() };
+            let Some(target) = resolve(&from, &path, &modules) else { continue };
+            let to = top_of(target);
+            if to != top
+                && let Some(to_layer) = layer_of(to)
+                && to_layer >= layer
+            {
+                let how = if to_layer == layer { "beside it in its layer" } else { "above it" };
+                broken.push(format!(
+                    "exitprof/src/{}:{line}: {path}: {top} imports {to}, which is {how} \
+                     (xtask/src/layout.rs's LAYERS)",
+                    file.display()
+                ));
+            }
+            if !in_tests && target != here.as_slice() && !target.is_empty() {
+                graph.entry(file).or_default().insert(modules[target]);
+            }
+        }
+        for rule in CRATES.iter().filter(|rule| rule.forbidden_in.contains(&top)) {
+            for (line, name) in uses(text, rule.names) {
+                broken.push(format!(
+                    "exitprof/src/{}:{line}: {name}: {}",
+                    file.display(),
+                    rule.why
+                ));
+            }
         }
     }
+    for circle in circles(&graph) {
+        let names: Vec<String> = circle.iter().map(|f| f.display().to_string()).collect();
+        broken.push(format!("these files import each other in a circle: {}", names.join(", ")));
+    }
     broken
+}
+
+/// The module a file of exitprof/src is: `run/start.rs` is `run::start`, `run/mod.rs` is `run`,
+/// `main.rs` the crate's root (no segment).
+fn module_of(file: &Path) -> Vec<String> {
+    let mut segments: Vec<String> =
+        file.with_extension("").iter().map(|s| s.to_string_lossy().into_owned()).collect();
+    if segments.last().is_some_and(|s| s == "mod") || segments == ["main"] {
+        segments.pop();
+    }
+    segments
+}
+
+/// The top-level module a module is in (`main` for the crate's root).
+fn top_of(module: &[String]) -> &str {
+    module.first().map_or("main", String::as_str)
+}
+
+/// The layer of top-level module `top`: its index in [`LAYERS`].
+fn layer_of(top: &str) -> Option<usize> {
+    LAYERS.iter().position(|layer| layer.contains(&top))
+}
+
+/// `text` cut before its unit tests: the first module under `#[cfg(test)]`, which runs to the end
+/// of the file.
+fn split_tests(text: &str) -> (&str, &str) {
+    let tests = text.match_indices("#[cfg(test)]\n").map(|(at, _)| at).find(|&at| {
+        let next = text[at..].lines().nth(1).unwrap_or_default();
+        next.trim_start_matches("pub(crate) ").trim_start_matches("pub ").starts_with("mod ")
+    });
+    tests.map_or((text, ""), |at| text.split_at(at))
+}
+
+fn line_count(text: &str) -> usize {
+    text.matches('\n').count()
+}
+
+/// The module `path` (a path from `crate`, `super` or `self`, read in module `here`) names, as
+/// the longest of its prefixes that is a file's module; `None` for a path out of exitprof/src.
+fn resolve<'a>(
+    here: &[String],
+    path: &str,
+    modules: &'a BTreeMap<Vec<String>, &Path>,
+) -> Option<&'a [String]> {
+    let mut segments = path.split("::").peekable();
+    let mut full: Vec<String> = match segments.next()? {
+        "crate" => Vec::new(),
+        "self" => here.to_vec(),
+        "super" => {
+            let mut up = here[..here.len().checked_sub(1)?].to_vec();
+            while segments.next_if_eq(&"super").is_some() {
+                up.pop()?;
+            }
+            up
+        }
+        _ => return None,
+    };
+    full.extend(segments.filter(|s| *s != "self").map(str::to_owned));
+    (0..=full.len())
+        .rev()
+        .find_map(|n| modules.get_key_value(&full[..n]).map(|(k, _)| k.as_slice()))
+}
+
+/// The `crate::`, `super::` and `self::` paths `text` uses, comments left out: (line, path),
+/// lines counted from 1. A `use` tree gives one path per leaf.
+fn imports(text: &str) -> Vec<(usize, String)> {
+    let code: String = text
+        .lines()
+        .map(|line| line.split_once("//").map_or(line, |(code, _)| code))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut found = Vec::new();
+    let mut rest = code.as_str();
+    let mut offset = 0;
+    while let Some(at) = find_word(rest, &["use", "crate", "super", "self"]) {
+        let line = line_count(&code[..offset + at]) + 1;
+        let word = &rest[at..];
+        let tree = word.strip_prefix("use").filter(|t| t.starts_with(char::is_whitespace));
+        let taken = if let Some(tree) = tree.filter(|t| is_ours(t.trim_start())) {
+            let end = tree.find(';').unwrap_or(tree.len());
+            let tree = tree[..end].split_whitespace().collect::<Vec<_>>().join(" ");
+            found.extend(leaves(&tree).into_iter().map(|leaf| (line, leaf)));
+            "use".len() + end
+        } else if tree.is_some() {
+            "use".len()
+        } else {
+            let end = word
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                .unwrap_or(word.len());
+            let path = word[..end].trim_end_matches(':');
+            if path.contains("::") {
+                found.push((line, path.to_owned()));
+            }
+            end.max(1)
+        };
+        offset += at + taken;
+        rest = &code[offset..];
+    }
+    found.retain(|(_, path)| is_ours(path));
+    found
+}
+
+/// Whether `path` starts in exitprof/src: from `crate`, `super` or `self`.
+fn is_ours(path: &str) -> bool {
+    let root = path.split(|c: char| !(c.is_alphanumeric() || c == '_')).next();
+    root.is_some_and(|root| ["crate", "super", "self"].contains(&root))
+}
+
+/// Where in `text` the first of `words` begins as a word of its own (not part of an identifier
+/// or a longer path).
+fn find_word(text: &str, words: &[&str]) -> Option<usize> {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut from = 0;
+    while from < text.len() {
+        let at = from + text[from..].find(|c: char| ident(c))?;
+        let end = text[at..].find(|c: char| !ident(c)).map_or(text.len(), |n| at + n);
+        let before = text[..at].chars().next_back();
+        if words.contains(&&text[at..end]) && !before.is_some_and(|c| c == ':' || c == '#') {
+            return Some(at);
+        }
+        from = end;
+    }
+    None
+}
+
+/// The paths of a `use` tree (`crate::{a, b::{c, d as e}}`): one per leaf, `as` renamings
+/// left out.
+fn leaves(tree: &str) -> Vec<String> {
+    let tree = tree.trim();
+    let Some(open) = tree.find('{') else {
+        let path = tree.split(" as ").next().unwrap_or(tree);
+        return vec![path.trim().trim_end_matches("::").to_owned()];
+    };
+    let prefix = tree[..open].trim().trim_end_matches("::");
+    let inner = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&inner[start..]);
+    items
+        .into_iter()
+        .filter(|item| !item.trim().is_empty())
+        .flat_map(leaves)
+        .map(|leaf| if prefix.is_empty() { leaf } else { format!("{prefix}::{leaf}") })
+        .collect()
+}
+
+/// The circles of `graph` (file -> the files it imports): its strongly connected components of
+/// more than one file (Tarjan's algorithm), each sorted.
+fn circles<'a>(graph: &BTreeMap<&'a Path, BTreeSet<&'a Path>>) -> Vec<Vec<&'a Path>> {
+    struct Walk<'g, 'a> {
+        graph: &'g BTreeMap<&'a Path, BTreeSet<&'a Path>>,
+        index: BTreeMap<&'a Path, usize>,
+        low: BTreeMap<&'a Path, usize>,
+        stack: Vec<&'a Path>,
+        circles: Vec<Vec<&'a Path>>,
+    }
+    impl<'a> Walk<'_, 'a> {
+        fn visit(&mut self, file: &'a Path) {
+            let n = self.index.len();
+            self.index.insert(file, n);
+            self.low.insert(file, n);
+            self.stack.push(file);
+            for &next in self.graph.get(file).into_iter().flatten() {
+                if !self.index.contains_key(next) {
+                    self.visit(next);
+                    let low = self.low[file].min(self.low[next]);
+                    self.low.insert(file, low);
+                } else if self.stack.contains(&next) {
+                    let low = self.low[file].min(self.index[next]);
+                    self.low.insert(file, low);
+                }
+            }
+            if self.low[file] == self.index[file] {
+                let at = self.stack.iter().rposition(|&f| f == file).unwrap_or(0);
+                let mut component = self.stack.split_off(at);
+                if component.len() > 1 {
+                    component.sort();
+                    self.circles.push(component);
+                }
+            }
+        }
+    }
+    let mut walk = Walk {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        circles: Vec::new(),
+    };
+    for &file in graph.keys() {
+        if !walk.index.contains_key(file) {
+            walk.visit(file);
+        }
+    }
+    walk.circles
 }
 
 /// The `.rs` files under `dir`, at any depth.
@@ -132,8 +382,8 @@ fn rust_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Where `text` uses a path through one of `names` (`name::...`, or `...::name` as in
-/// `use crate::name;`), comments left out: (line, name), lines counted from 1.
+/// Where `text` uses a path through one of the crates `names` (`name::...`), comments left
+/// out: (line, name), lines counted from 1.
 fn uses<'a>(text: &str, names: &[&'a str]) -> Vec<(usize, &'a str)> {
     let mut found = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -156,44 +406,124 @@ fn uses<'a>(text: &str, names: &[&'a str]) -> Vec<(usize, &'a str)> {
 mod tests {
     use super::*;
 
+    /// A tree of files from (path, text) pairs.
+    fn tree(files: &[(&str, &str)]) -> BTreeMap<PathBuf, String> {
+        files.iter().map(|(path, text)| (PathBuf::from(path), (*text).to_owned())).collect()
+    }
+
     #[test]
-    fn paths_through_a_name_are_found_and_other_words_are_not() {
+    fn paths_through_a_crate_are_found_and_other_words_are_not() {
         let text = "\
 use aya::maps::RingBuf;
 use crate::{cli::Target, run};
-    cli::RunArgs,
-use crate::cli;
+    clap::ValueEnum,
 let cli = parse(); cli.run.target(); // aya:: in a comment
 /// tokio::spawn in a doc comment
 #[tokio::main]
 let x = not_aya::f();
 ";
-        let found = uses(text, &["aya", "tokio", "cli"]);
-        assert_eq!(found, [(1, "aya"), (2, "cli"), (3, "cli"), (4, "cli"), (7, "tokio")]);
+        let found = uses(text, &["aya", "tokio", "clap"]);
+        assert_eq!(found, [(1, "aya"), (3, "clap"), (6, "tokio")]);
     }
 
     #[test]
-    fn rules_apply_to_their_folder_or_to_all_but_the_cli() {
-        let [analysis, cli, ..] = RULES else { panic!("the analysis and cli rules first") };
-        assert!(analysis.applies_to(Path::new("analysis/stages.rs")));
-        assert!(!analysis.applies_to(Path::new("probes/load.rs")));
-        assert!(cli.applies_to(Path::new("report/terminal.rs")));
-        assert!(!cli.applies_to(Path::new("main.rs")));
-        assert!(!cli.applies_to(Path::new("cli.rs")));
-    }
-
-    #[test]
-    fn arrows_from_below_the_presentation_layer_or_out_of_the_ground_floor_are_breaches() {
-        let up = "use crate::{report::progress::Progress, run::collect};\n";
-        let broken = breaches(Path::new("run/mod.rs"), up);
-        assert_eq!(broken.len(), 1, "{broken:?}");
-        assert!(broken[0].starts_with("exitprof/src/run/mod.rs:1: report: run and compare"));
-        assert!(breaches(Path::new("present/run.rs"), up).is_empty());
-        assert!(!breaches(Path::new("report/terminal.rs"), "use crate::present;\n").is_empty());
-        assert!(!breaches(Path::new("base/mod.rs"), "use crate::run::RunOutcome;\n").is_empty());
-        assert!(
-            breaches(Path::new("probes/maps.rs"), "use crate::base::pidfd::PidFd;\n").is_empty()
+    fn use_trees_and_inline_paths_are_imports_and_comments_are_not() {
+        let text = "\
+use std::fmt;
+use super::{
+    load::{self, Probes},
+    maps::RingBuf as Ring,
+};
+pub(crate) use crate::run::RunOutcome;
+/// Read by [`crate::report::terminal`].
+let x = crate::kernel::arch::NAME; // crate::diff::f()
+let y = my_crate::z; Self::new(); self.crate_name;
+";
+        let found = imports(text);
+        assert_eq!(
+            found,
+            [
+                (2, "super::load::self".to_owned()),
+                (2, "super::load::Probes".to_owned()),
+                (2, "super::maps::RingBuf".to_owned()),
+                (6, "crate::run::RunOutcome".to_owned()),
+                (8, "crate::kernel::arch::NAME".to_owned()),
+            ]
         );
+    }
+
+    #[test]
+    fn paths_name_the_longest_module_they_go_through() {
+        let modules: BTreeMap<Vec<String>, &Path> =
+            ["main.rs", "run/mod.rs", "run/record/mod.rs", "run/record/view.rs", "kernel/mod.rs"]
+                .iter()
+                .map(|f| (module_of(Path::new(f)), Path::new(*f)))
+                .collect();
+        let here = module_of(Path::new("run/record/view.rs"));
+        let resolved = |path| resolve(&here, path, &modules).map(|m| m.join("::"));
+        assert_eq!(resolved("super::Recorder"), Some("run::record".to_owned()));
+        assert_eq!(resolved("super::super::RunOutcome"), Some("run".to_owned()));
+        assert_eq!(
+            resolved("crate::run::record::view::self"),
+            Some("run::record::view".to_owned())
+        );
+        assert_eq!(resolved("crate::kernel::arch::NAME"), Some("kernel".to_owned()));
+        assert_eq!(resolved("self::Shown"), Some("run::record::view".to_owned()));
+    }
+
+    #[test]
+    fn an_import_up_a_layer_or_across_one_is_a_breach() {
+        let files = tree(&[
+            ("main.rs", "mod probes;\nmod run;\nmod report;\nmod serve;\nmod diff;\n"),
+            ("probes/mod.rs", "use crate::run::own_cost::enable_bpf_stats;\n"),
+            ("run/mod.rs", "pub struct RunOutcome;\n"),
+            ("report/mod.rs", "use crate::run::RunOutcome;\n"),
+            ("serve/mod.rs", "fn f() { crate::diff::diff(); }\n"),
+            ("diff/mod.rs", "use crate::report::fmt_ns;\n"),
+        ]);
+        let broken = breaches(&files);
+        assert_eq!(broken.len(), 2, "{broken:#?}");
+        assert!(broken[0].starts_with(
+            "exitprof/src/probes/mod.rs:1: crate::run::own_cost::enable_bpf_stats: probes \
+             imports run, which is above it"
+        ));
+        assert!(broken[1].starts_with(
+            "exitprof/src/serve/mod.rs:1: crate::diff::diff: serve imports diff, which is beside \
+             it in its layer"
+        ));
+    }
+
+    #[test]
+    fn files_that_import_each_other_in_a_circle_are_a_breach_but_their_tests_are_not() {
+        let files = tree(&[
+            ("diff/mod.rs", "mod document;\nmod verdict;\nmod text;\n"),
+            ("diff/document.rs", "use super::verdict::verdict;\n"),
+            ("diff/verdict.rs", "use super::text::percent;\n"),
+            ("diff/text.rs", "use super::document::Doc;\n"),
+            ("run/mod.rs", "mod start;\npub use self::start::Started;\n"),
+            ("run/start.rs", "fn f() {}\n#[cfg(test)]\nmod tests {\n    use super::super::*;\n}\n"),
+        ]);
+        let broken = breaches(&files);
+        assert_eq!(
+            broken,
+            ["these files import each other in a circle: diff/document.rs, diff/text.rs, \
+              diff/verdict.rs"]
+        );
+    }
+
+    #[test]
+    fn a_folder_in_no_layer_and_a_crate_out_of_its_layer_are_breaches() {
+        let files = tree(&[
+            ("widgets/mod.rs", "fn f() {}\n"),
+            ("analysis/mod.rs", "use tokio::sync::watch;\n"),
+            ("export/mod.rs", "#[derive(clap::ValueEnum)]\nenum Format {}\n"),
+            ("cli/mod.rs", "use clap::Parser;\n"),
+        ]);
+        let broken = breaches(&files);
+        assert_eq!(broken.len(), 3, "{broken:#?}");
+        assert!(broken[0].starts_with("exitprof/src/analysis/mod.rs:1: tokio: analysis/ is pure"));
+        assert!(broken[1].starts_with("exitprof/src/export/mod.rs:1: clap: the command line"));
+        assert!(broken[2].starts_with("exitprof/src/widgets/mod.rs: widgets is in no layer"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! From the kernel's records to numbers: decoding the records, cutting each exit into stages,
-//! folding them into histograms, joining deferred work to its exits, finding where exits block
-//! and where they compute, exitprof's own time inside them, and the statistics of repeated runs.
+//! folding them into histograms (and into groups by workload), joining deferred work to its
+//! exits, finding where exits block and where they compute, exitprof's own time inside them, and
+//! the statistics of repeated runs.
 //!
 //! Pure: no aya, no tokio, no I/O (`cargo xtask test` fails on any use of aya or tokio here).
 //! It reads the probe plan (`probes::plan`) and the kernel's exit-path table to name stages, the

@@ -5,7 +5,7 @@
 //!
 //! It sits on top of `report` (documents and text), `export` (files) and `diff`, and drives
 //! `run` and `compare`, which only produce outcomes: nothing below imports it (checked by
-//! `cargo xtask test`'s layout rules).
+//! `cargo xtask test`'s layers, `xtask/src/layout.rs`).
 
 mod compare;
 pub mod manuals;
