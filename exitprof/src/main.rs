@@ -90,5 +90,5 @@ fn main() -> ExitCode {
 
 /// What the command line asks for, or the end of exitprof with clap's usage error (status 2).
 fn or_usage<T>(request: Result<T, clap::Error>) -> T {
-    request.unwrap_or_else(|usage| usage.exit())
+    request.unwrap_or_else(|usage| usage.format(&mut Cli::command()).exit())
 }
