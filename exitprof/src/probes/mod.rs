@@ -14,6 +14,7 @@ pub mod memlock;
 pub mod plan;
 pub mod privileges;
 pub mod prog_stats;
+pub mod sites;
 
 use self::plan::{AttachMode, PointSet};
 
