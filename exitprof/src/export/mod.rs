@@ -38,26 +38,18 @@ use crate::{
     report::fmt_rate,
 };
 
-/// An export file format.
+/// An export file format: each encoder is in this folder's file of its name (what each holds is
+/// the `--format` help, `cli/values.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
-    /// HdrHistogram interval log: one compressed histogram per stage, tagged.
     Hlog,
-    /// The `--json` document, histogram buckets included.
     Json,
-    /// Each stage's percentile distribution, one row per percentile.
     Csv,
-    /// A figure: latency by percentile per stage, and each stage's share of the exit.
     Svg,
-    /// Prometheus text exposition format: a histogram per stage, and counters.
     Prom,
-    /// Folded kernel stacks (`root;stage;frame;... µs`) where exits computed and blocked, for
-    /// flamegraph.pl and inferno.
     Folded,
-    /// A flame graph of the folded stacks.
+    /// `.flame.svg`: the folded stacks drawn (`folded.rs`).
     FlameSvg,
-    /// One self-contained HTML report: the tables, the figure and a flame graph one can zoom,
-    /// nothing fetched from elsewhere.
     Html,
 }
 
