@@ -39,7 +39,8 @@ impl DiffArgs {
             ([a, b], []) => (vec![a.clone()], vec![b.clone()]),
             (_, []) => {
                 return Err(usage(format!(
-                    "diff needs two sides: `exitprof diff A B`, or `exitprof diff A1 A2 ... --                      B1 B2 ...` for several runs a side ({} documents given, no `--`)",
+                    "diff needs two sides: `exitprof diff A B`, or `exitprof diff A1 A2 ... -- \
+                     B1 B2 ...` for several runs a side ({} documents given, no `--`)",
                     self.a.len()
                 )));
             }
