@@ -1094,6 +1094,18 @@ mod tests {
         }
     }
 
+    /// Exit `pid`'s task freed at `at`, its network namespace `released` by then or not.
+    fn freed(pid: u64, at: u64, released: bool) -> DeferredRecord {
+        DeferredRecord {
+            kind: DeferredKind::NetNsAtFree as u32,
+            start_ns: at,
+            end_ns: at,
+            object: pid,
+            flags: if released { DEFERRED_NET_NS_RELEASED } else { 0 },
+            ..DeferredRecord::default()
+        }
+    }
+
     /// A `cleanup_net` run of `count` namespaces from `start` to `end`, off a CPU `off` of it,
     /// `runq` of that runnable.
     fn run(start: u64, end: u64, count: u32, off: u64, runq: u64) -> DeferredRecord {
@@ -1171,13 +1183,7 @@ mod tests {
     fn what_does_not_join_is_counted() {
         let mut t = Teardowns::new(true, false);
         t.exit(&exit(10, 0xA0, 100, 200, FLAG_NET_NS_FREE_AWAITED));
-        t.record(&DeferredRecord {
-            kind: DeferredKind::NetNsAtFree as u32,
-            start_ns: 10_200,
-            end_ns: 10_200,
-            object: 10,
-            ..DeferredRecord::default()
-        });
+        t.record(&freed(10, 10_200, false));
         t.record(&torn_down(0xA0, 1, 1_000_000_000));
         t.record(&torn_down(0xF0, 9, 1_000_000_000));
         t.record(&run(1_000_000_000, 1_000_001_000, 2, 0, 0));
@@ -1201,24 +1207,16 @@ mod tests {
     /// right after one in progress then), and its teardown is the exit's.
     #[test]
     fn a_namespace_dead_by_the_task_s_free_is_the_exit_s() {
-        let free = |pid: u64, at: u64, released: bool| DeferredRecord {
-            kind: DeferredKind::NetNsAtFree as u32,
-            start_ns: at,
-            end_ns: at,
-            object: pid,
-            flags: if released { DEFERRED_NET_NS_RELEASED } else { 0 },
-            ..DeferredRecord::default()
-        };
         let mut t = Teardowns::new(true, false);
         t.exit(&exit(10, 0xA0, 100, 1_000, FLAG_NET_NS_FREE_AWAITED));
-        t.record(&free(10, 11_000, true));
+        t.record(&freed(10, 11_000, true));
         t.record(&torn_down(0xA0, 1, 500_000));
         t.record(&run(500_000, 600_000, 1, 0, 0));
         // Still referenced at its free (a socket's callback ran later, on another CPU); the
         // kworker was busy with a run that began 1 µs after the free: its next run, right after,
         // tore it down.
         t.exit(&exit(11, 0xB0, 100, 1_000_000, FLAG_NET_NS_FREE_AWAITED));
-        t.record(&free(11, 1_010_000, false));
+        t.record(&freed(11, 1_010_000, false));
         t.record(&torn_down(0xC0, 2, 1_011_000));
         t.record(&run(1_011_000, 1_500_000, 1, 0, 0));
         t.record(&torn_down(0xB0, 3, 1_500_010));
@@ -1240,14 +1238,7 @@ mod tests {
         t.record(&torn_down(0xA0, 1, 60_000));
         t.record(&run(60_000, 70_000, 1, 0, 0));
         t.exit(&exit(11, 0xA0, 700_000, 700_200, FLAG_NET_NS_FREE_AWAITED));
-        t.record(&DeferredRecord {
-            kind: DeferredKind::NetNsAtFree as u32,
-            start_ns: 710_000,
-            end_ns: 710_000,
-            object: 11,
-            flags: DEFERRED_NET_NS_RELEASED,
-            ..DeferredRecord::default()
-        });
+        t.record(&freed(11, 710_000, true));
         t.record(&torn_down(0xA0, 2, 760_000));
         t.record(&run(760_000, 770_000, 1, 0, 0));
         let r = report(&mut t);
