@@ -345,7 +345,11 @@ fn an_exit_held_at_its_tracer_stop_blocks_in_ptrace_stop() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("held");
-    let doc = profile("exit_stop", &["50", "3", out.to_str().unwrap()]);
+    // Under emulation the stage's own work takes tens of milliseconds in fentry mode (0.59
+    // off-CPU beside 50 ms holds on 6.1): holds six times longer keep the wait the stage's
+    // bulk by construction, as on the host.
+    let hold_ms = if emulated() { "300" } else { "50" };
+    let doc = profile("exit_stop", &[hold_ms, "3", out.to_str().unwrap()]);
     let hold = measured(&out, "hold_ns");
     assert_blocked_in(&doc, "ptrace_event", "ptrace_stop", 3, hold);
 }
