@@ -22,13 +22,10 @@ use crate::support::{
 const UNKNOWN: &str = "[unknown]";
 const PROBE_TRAMPOLINE: &str = "[probe-trampoline]";
 /// A stage that is a function must hold more than this share of the exit time (besides being
-/// the largest).
-fn dominant_share() -> f64 {
-    // Under emulation some 27 probe hits add milliseconds to every exit, spread over the other
-    // stages, and how many depends on how busy the emulating host is: shares of 0.46 to 0.98
-    // were seen there for stages that hold 0.96 to 1.00 of the exit on the host.
-    if emulated() { 0.4 } else { 0.6 }
-}
+/// the largest). Under emulation some 27 probe hits add milliseconds to every exit, spread over
+/// the other stages, more the busier the emulating host: the programs make more work there
+/// rather than the share being lowered.
+const DOMINANT_SHARE: f64 = 0.6;
 
 /// Sampling rate for these tests: exits of tens of ms get some hundred samples each.
 const SAMPLE_HZ: &str = "4999";
@@ -108,7 +105,7 @@ fn assert_holds(doc: &Value, function: &str) -> Value {
         stages_table(doc)
     );
     if stage["name"] == function {
-        let (share, least) = (num(stage, "share_of_exit"), dominant_share());
+        let (share, least) = (num(stage, "share_of_exit"), DOMINANT_SHARE);
         assert!(
             share > least,
             "{function} holds {share:.2} of the exit time, not more than {least}:\n{}",
@@ -159,8 +156,11 @@ fn an_mm_teardown_computes_in_exit_mmap() {
 fn closing_many_descriptors_computes_in_exit_files() {
     require_root();
     // Eight processes with as many descriptors as the limit allows, up to 30000 (20000 where
-    // the hard limit is that): some 1.2 ms of closing each here.
-    let doc = profile("many_files", &["30000", "8"]);
+    // the hard limit is that): some 1.2 ms of closing each here. Under emulation, where each
+    // probe hit costs some 100 µs in the other stages, four with 120000 each: with 30000,
+    // exit_files held 0.66 to 0.77 of the exit in the x86_64 guests.
+    let (files, processes) = if emulated() { ("120000", "4") } else { ("30000", "8") };
+    let doc = profile("many_files", &[files, processes]);
     let stage = assert_holds(&doc, "exit_files");
     assert_computes_in(&doc, &stage, &["exit_files", "put_files_struct", "close_files"]);
 }
@@ -169,10 +169,12 @@ fn closing_many_descriptors_computes_in_exit_files() {
 fn undoing_semaphore_operations_computes_in_exit_sem() {
     require_root();
     // Four processes, each with an undo entry in four sets of 32000 semaphores: exit_sem walks
-    // every semaphore of each set, some 1 ms each here (about 260 ms in an arm64 guest). Two
-    // sets were too few in a busy 5.10 guest in kprobe mode, where each probe hit costs some
-    // 100 µs in the other stages: exit_sem held 0.39 of the exit there (0.52 with fentry).
-    let doc = profile("sem_undo", &["4", "32000", "4"]);
+    // every semaphore of each set, some 1 ms each here (about 260 ms in an arm64 guest). Under
+    // emulation each probe hit costs some 100 µs in the other stages, so there are twelve sets:
+    // with two, exit_sem held 0.39 of the exit in a busy 5.10 guest in kprobe mode (0.52 with
+    // fentry).
+    let sets = if emulated() { "12" } else { "4" };
+    let doc = profile("sem_undo", &[sets, "32000", "4"]);
     let stage = assert_holds(&doc, "exit_sem");
     assert_computes_in(
         &doc,
@@ -281,22 +283,37 @@ fn assert_blocked_in(doc: &Value, code: &str, frame: &str, exits: u64, hold_ns: 
     let stage = assert_holds(doc, code);
     let (off, runq) = (num(&stage, "off_cpu_share"), num(&stage, "runq_share"));
     // Under emulation the stage's on-CPU work (and the probes in it) takes milliseconds beside
-    // the wait, more the busier the emulating host: 0.89 and 0.74 off-CPU were seen on 5.10
-    // for a stage whose off-CPU time held every wait whole. The waits' own time is checked below.
-    let least_off = if emulated() { 0.7 } else { 0.9 };
+    // the wait: the programs hold longer there, so that the wait is still the stage's bulk.
     assert!(
-        off >= least_off && runq < 0.1,
+        off >= 0.9 && runq < 0.1,
         "stage {} is {off:.2} off-CPU, {runq:.2} of that runnable, not blocked:\n{}",
         stage["name"],
         stages_table(doc)
     );
+    // A hit the kernel missed (counted) can cost an exit its start, which is then timed from
+    // its next point, its wait left out, and counted as started late: seen in fentry mode under
+    // emulation as eight threads begin their exits at once on two CPUs (19 hits missed, 5.8 s
+    // of eight 2 s waits timed). Only a missed hit starts a waiting exit late; the run's other
+    // exits may start late of themselves (in tracepoint mode, a core dumper's exit by SIGABRT
+    // has no start marker). Every waiting exit but those spends its wait in the stage.
+    let (missed, late) = (num(&doc["losses"], "probe_misses"), num(doc, "late_starts"));
+    let late_waiting = late.min(missed);
+    let others = num(doc, "exits_recorded") - exits as f64;
+    assert!(
+        late - late_waiting <= others,
+        "{late} exits started late with {missed} probe hits missed, beside {others} exits that \
+         do not wait"
+    );
+    let timed = exits as f64 - late_waiting;
     let off_ns = off * num(&stage, "total_ns");
     assert!(
-        off_ns >= 0.9 * exits as f64 * hold_ns,
-        "stage {} spent {:.1} ms off-CPU, less than {exits} waits of {:.1} ms:\n{}",
+        off_ns >= 0.9 * timed * hold_ns,
+        "stage {} spent {:.1} ms off-CPU, less than {timed} waits of {:.1} ms ({late_waiting} \
+         waiting exits started late): {}\n{}",
         stage["name"],
         off_ns / 1e6,
         hold_ns / 1e6,
+        stage["buckets"],
         stages_table(doc)
     );
     let held: u64 = stage["buckets"]
@@ -306,12 +323,10 @@ fn assert_blocked_in(doc: &Value, code: &str, frame: &str, exits: u64, hold_ns: 
         .filter(|b| num(b, "high_ns") >= hold_ns)
         .map(|b| b["count"].as_u64().unwrap())
         .sum();
-    // A kprobe hit the kernel missed (counted, and reported as a loss) can cost an exit the
-    // start that times its wait: seen under emulation as eight threads begin their exits at once.
-    let missed = doc["losses"]["probe_misses"].as_u64().unwrap_or(0);
     assert!(
-        held + missed >= exits,
-        "{held} exits spent {:.1} ms or more in {}, not {exits} ({missed} probe hits missed):\n{}",
+        held as f64 >= timed,
+        "{held} exits spent {:.1} ms or more in {}, not {timed} ({late_waiting} of {exits} \
+         started late):\n{}",
         hold_ns / 1e6,
         stage["name"],
         stages_table(doc)
@@ -329,8 +344,9 @@ fn assert_blocked_in(doc: &Value, code: &str, frame: &str, exits: u64, hold_ns: 
     let verdict = doc["verdict"].as_str().unwrap();
     assert!(verdict.contains(frame), "the verdict does not name {frame}: {verdict}");
     eprintln!(
-        "{} holds {:.0}% of the exit time, {off:.2} off-CPU; {held} exits of {:.1} ms or more; \
-         {:.0}% of the blocked time in {stack:?}",
+        "{} holds {:.0}% of the exit time, {off:.2} off-CPU; {held} exits of {:.1} ms or more \
+         ({late} started late, {missed} probe hits missed); {:.0}% of the blocked time in \
+         {stack:?}",
         stage["name"],
         num(&stage, "share_of_exit") * 100.0,
         hold_ns / 1e6,
@@ -405,18 +421,20 @@ fn core_dump_wait(kernel: &str) -> &'static str {
 #[test]
 fn threads_waiting_for_a_slow_core_dump_block_where_the_kernel_waits() {
     const THREADS: u64 = 8;
-    const HOLD_S: f64 = 0.3;
     require_root();
+    // Under emulation the stage's on-CPU work takes up to a second beside the waits (5.10's
+    // stage is exit_mm, with the teardown in it: 0.74 off-CPU was seen with 0.3 s holds).
+    let hold_s = if emulated() { 2.0 } else { 0.3 };
     let dir = tempfile::tempdir().unwrap();
     let handler = dir.path().join("core_handler");
-    std::fs::write(&handler, format!("#!/bin/sh\nsleep {HOLD_S}\nexec cat >/dev/null\n")).unwrap();
+    std::fs::write(&handler, format!("#!/bin/sh\nsleep {hold_s}\nexec cat >/dev/null\n")).unwrap();
     std::fs::set_permissions(&handler, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .unwrap();
     let _pattern = CorePattern::pipe_to(&handler);
     let doc = profile("core_wait", &[&THREADS.to_string()]);
     let wait = core_dump_wait(doc["kernel"].as_str().unwrap());
     // The aborting thread dumps core before its exit; every other one waits for it.
-    assert_blocked_in(&doc, wait, wait, THREADS - 1, HOLD_S * 1e9);
+    assert_blocked_in(&doc, wait, wait, THREADS - 1, hold_s * 1e9);
 }
 
 /// The flame graph exports of an mm teardown and a blocked thread: every folded line is
