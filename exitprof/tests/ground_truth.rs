@@ -59,11 +59,14 @@ fn stages_table(doc: &Value) -> String {
         .map(|kinds| kinds.iter().map(|k| format!("{} {}", k["exits"], k["kind"])).collect())
         .unwrap_or_default();
     let exits = format!(
-        "exits recorded {} ({}), lost {}: {}",
+        "exits recorded {} ({}), lost {}: {}\nstarted late {}, returns unseen {}: {}",
         doc["exits_recorded"],
         kinds.join(", "),
         doc["lost"],
-        doc["losses"]
+        doc["losses"],
+        doc["late_starts"],
+        doc["unseen_returns"],
+        doc["diagnostics"]
     );
     let stages = doc["stages"]
         .as_array()

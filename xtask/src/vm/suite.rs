@@ -37,8 +37,8 @@ pub struct GuestTests {
 /// The ground truth runs whole, its blocked thread (`lock_hold`, in two of the tests) included:
 /// the lock's holder and the exiting thread share one CPU, so the scheduler orders them (two
 /// racing real-time threads on two emulated CPUs that share one host thread did not keep their
-/// timing). Under emulation a function's stage must hold the most of the exit by a smaller
-/// margin than on the host (`EXITPROF_TEST_EMULATED`; see the ground truth's `dominant_share`).
+/// timing). Under emulation the programs make more work (`EXITPROF_TEST_EMULATED`), so that the
+/// cost they construct dwarfs the probes' as on the host, and the thresholds are the host's.
 pub const GUEST_TESTS: &[GuestTests] = &[
     GuestTests { name: "ground-truth-kprobe", attach: "kprobe", args: GROUND_TRUTH },
     GuestTests { name: "ground-truth-fentry", attach: "fentry", args: GROUND_TRUTH },
