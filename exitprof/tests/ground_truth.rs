@@ -297,9 +297,9 @@ fn assert_blocked_in(doc: &Value, code: &str, frame: &str, exits: u64, hold_ns: 
     // its next point, its wait left out, and counted as started late: seen in fentry mode under
     // emulation as eight threads begin their exits at once on two CPUs (a program preempted
     // leaves the next exit on its CPU without its run: 6 of 8 started late, 41 hits missed, in
-    // one run on 7.3). Only a missed hit starts a waiting exit late; the run's other
-    // exits may start late of themselves (in tracepoint mode, a core dumper's exit by SIGABRT
-    // has no start marker). Every waiting exit but those spends its wait in the stage.
+    // one run on 7.3). Only a missed hit starts a waiting exit late; the run's other exits may
+    // start late of themselves (in tracepoint mode, a core dumper's exit by SIGABRT has no start
+    // marker). Every waiting exit but those spends its wait in the stage.
     let (missed, late) = (num(&doc["losses"], "probe_misses"), num(doc, "late_starts"));
     let late_waiting = late.min(missed);
     let others = num(doc, "exits_recorded") - exits as f64;
