@@ -96,7 +96,7 @@ fn base_name(frame: &str) -> &str {
     frame.split('.').next().unwrap_or(frame)
 }
 
-/// The stage that holds the cost: the function itself, holding more than [`dominant_share`], or
+/// The stage that holds the cost: the function itself, holding more than [`DOMINANT_SHARE`], or
 /// the gap that covers it where the function has no probe of its own.
 fn assert_holds(doc: &Value, function: &str) -> Value {
     let stage = dominant_stage(doc);
