@@ -1,19 +1,12 @@
 //! exitprof: an eBPF profiler of the Linux exit path.
 
-mod analysis;
-mod base;
 mod cli;
-mod compare;
-mod conditions;
-mod diff;
-mod export;
-mod kernel;
 mod present;
-mod probes;
-mod profiled;
-mod report;
-mod run;
-mod serve;
+
+// The library's and the engine's folders, by the paths the command line and the presentation
+// name them.
+use exitprof_core::{analysis, diff, export, report};
+use exitprof_engine::{base, compare, conditions, kernel, probes, profiled, run, serve};
 
 use std::process::ExitCode;
 

@@ -1,12 +1,16 @@
-//! The layering of exitprof/src that the compiler does not enforce, checked by `cargo xtask
-//! test` with the other lints. Its folders are stacked in [`LAYERS`], from the ground floor up:
+//! The layering of exitprof's three crates that Cargo does not enforce, checked by `cargo xtask
+//! test` with the other lints. Cargo keeps the library (exitprof-core) from the engine
+//! (exitprof-engine) and both from the binary (exitprof): [`dependencies`] checks that the
+//! library's code reaches neither aya nor tokio nor libc and that only the binary has clap.
+//! Inside the crates, the folders are stacked in one list, [`LAYERS`], from the ground floor up:
 //! a file imports from its own folder and from the layers below, never from a layer above nor
-//! from another folder of its own layer, and no files import each other in a circle. A few
-//! crates belong to one layer only ([`CRATES`]).
+//! from another folder of its own layer, and no files import each other in a circle.
 //!
-//! Imports are the `crate::`, `super::` and `self::` paths of the code (in `use` or inline),
-//! comments and rustdoc links aside. A file's unit tests count for the layers, not for the
-//! circles: a test may drive its module together with the one that reads its output.
+//! Imports are the `crate::`, `super::` and `self::` paths of the code (in `use` or inline) and
+//! the paths through the other two crates, comments and rustdoc links aside. A folder of the
+//! library or the engine that another crate names at its root (`use exitprof_core::analysis;`)
+//! is in its layer there too. A file's unit tests count for the layers, not for the circles: a
+//! test may drive its module together with the one that reads its output.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -16,10 +20,11 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::command::workspace_root;
+use crate::command::{self, workspace_root};
 
-/// exitprof/src's top-level modules, from the ground floor up. Folders of one layer do not
-/// import each other.
+/// The top-level folders of the three crates, from the ground floor up; a name the library and
+/// the engine share (`kernel`, `probes`, `run`, ...) is one layer, the engine's half above the
+/// library's by Cargo. Folders of one layer do not import each other.
 const LAYERS: &[&[&str]] = &[
     // exitprof's signals, pidfds, files written atomically, usage errors.
     &["base"],
@@ -49,62 +54,97 @@ const LAYERS: &[&[&str]] = &[
     &["main"],
 ];
 
-/// Crates only some layers may use, and why.
-const CRATES: &[CrateRule] = &[
-    CrateRule {
-        names: &["aya", "aya_obj", "tokio"],
-        forbidden_in: &["analysis"],
-        why: "analysis/ is pure: it turns records into numbers, without the eBPF object or the \
-              async runtime",
-    },
-    CrateRule {
-        names: &["clap"],
-        forbidden_in: &[
-            "base",
-            "kernel",
-            "probes",
-            "conditions",
-            "profiled",
-            "analysis",
-            "run",
-            "compare",
-            "report",
-            "export",
-            "serve",
-            "diff",
-        ],
-        why: "the command line is the top's (main.rs, cli/, and present/'s manual pages): the \
-              domain reads requests, never clap's values",
-    },
+/// The crates whose sources are checked, and the paths other crates reach them by.
+const SOURCES: &[(&str, &str)] =
+    &[("exitprof-core", "exitprof_core"), ("exitprof-engine", "exitprof_engine"), ("exitprof", "")];
+
+/// Crates a crate of exitprof's must not depend on, and why.
+const FORBIDDEN: &[Forbidden] = &[
+    (
+        "exitprof-core",
+        &["aya", "aya-obj", "aya-log", "tokio"],
+        Reach::Any,
+        "the library reads records and makes documents without the eBPF object or an async \
+         runtime, at any depth",
+    ),
+    (
+        "exitprof-core",
+        &["libc", "clap"],
+        Reach::Direct,
+        "the library's code calls no libc and reads no command line",
+    ),
+    (
+        "exitprof-engine",
+        &["clap"],
+        Reach::Direct,
+        "the command line is the binary's: the engine reads requests",
+    ),
 ];
 
-/// Crates whose paths `forbidden_in` folders must not use.
-struct CrateRule {
-    names: &'static [&'static str],
-    forbidden_in: &'static [&'static str],
-    why: &'static str,
+/// A crate, the crates it must not depend on, how deep, and why.
+type Forbidden = (&'static str, &'static [&'static str], Reach, &'static str);
+
+/// Whether a forbidden crate is forbidden as a direct dependency or at any depth.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    Direct,
+    Any,
 }
 
-/// Checks exitprof/src against [`LAYERS`], [`CRATES`] and for circles; fails naming each
-/// file:line that breaks a rule, and each circle.
+/// Checks the crates' dependencies and their sources against [`LAYERS`] and for circles; fails
+/// naming each dependency, each file:line that breaks a rule, and each circle.
 pub fn check() -> anyhow::Result<()> {
-    let src = workspace_root().join("exitprof/src");
-    let mut files = BTreeMap::new();
-    for path in rust_files(&src)? {
-        let file = path.strip_prefix(&src)?.to_path_buf();
-        let text =
-            fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        files.insert(file, text);
+    let mut broken = dependencies(FORBIDDEN)?;
+    for (krate, _) in SOURCES {
+        let src = workspace_root().join(krate).join("src");
+        let mut files = BTreeMap::new();
+        for path in rust_files(&src)? {
+            let file = path.strip_prefix(&src)?.to_path_buf();
+            let text =
+                fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+            files.insert(file, text);
+        }
+        broken.extend(breaches(krate, &files));
     }
-    let broken = breaches(&files);
     if !broken.is_empty() {
         bail!("the layout's rules are broken:\n{}", broken.join("\n"));
     }
     Ok(())
 }
 
-/// Where `files` (path under exitprof/src -> text) break a rule, and why.
-fn breaches(files: &BTreeMap<PathBuf, String>) -> Vec<String> {
+/// Where the crates depend on what `rules` forbid them, as `cargo tree` resolves each crate
+/// alone (its normal dependencies, with the features it asks for: a test may use anything).
+fn dependencies(rules: &[Forbidden]) -> anyhow::Result<Vec<String>> {
+    let mut broken = Vec::new();
+    for &(krate, names, reach, why) in rules {
+        let mut tree =
+            std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        tree.current_dir(workspace_root()).args([
+            "tree",
+            "--locked",
+            "--package",
+            krate,
+            "--edges",
+            "normal",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+        ]);
+        if reach == Reach::Direct {
+            tree.args(["--depth", "1"]);
+        }
+        let listed = command::output(&mut tree)?;
+        let found: BTreeSet<&str> = listed.lines().filter_map(|l| l.split(' ').next()).collect();
+        for name in names.iter().filter(|name| found.contains(*name)) {
+            broken.push(format!("{krate} depends on {name}: {why}"));
+        }
+    }
+    Ok(broken)
+}
+
+/// Where `files` (path under `krate`/src -> text) break a rule, and why.
+fn breaches(krate: &str, files: &BTreeMap<PathBuf, String>) -> Vec<String> {
     let modules: BTreeMap<Vec<String>, &Path> =
         files.keys().map(|file| (module_of(file), file.as_path())).collect();
     let mut broken = Vec::new();
@@ -114,7 +154,7 @@ fn breaches(files: &BTreeMap<PathBuf, String>) -> Vec<String> {
         let top = top_of(&here);
         let Some(layer) = layer_of(top) else {
             broken.push(format!(
-                "exitprof/src/{}: {top} is in no layer: place it in xtask/src/layout.rs's LAYERS",
+                "{krate}/src/{}: {top} is in no layer: place it in xtask/src/layout.rs's LAYERS",
                 file.display()
             ));
             continue;
@@ -128,46 +168,47 @@ fn breaches(files: &BTreeMap<PathBuf, String>) -> Vec<String> {
             // A file's tests are its module `tests`: their `super` is the file.
             let from =
                 if in_tests { [&here[..], &["tests".to_owned()]].concat() } else { here.clone() };
-            let Some(target) = resolve(&from, &path, &modules) else { continue };
-            let to = top_of(target);
+            let target = resolve(&from, &path, &modules);
+            // A folder of another crate: by its crate's name, or by a name this crate's root
+            // gives it.
+            let folder = other_crate_folder(&path).filter(|_| target.is_none_or(<[_]>::is_empty));
+            let Some(to) = folder.or_else(|| target.map(top_of)) else { continue };
             if to != top
                 && let Some(to_layer) = layer_of(to)
                 && to_layer >= layer
             {
                 let how = if to_layer == layer { "beside it in its layer" } else { "above it" };
                 broken.push(format!(
-                    "exitprof/src/{}:{line}: {path}: {top} imports {to}, which is {how} \
+                    "{krate}/src/{}:{line}: {path}: {top} imports {to}, which is {how} \
                      (xtask/src/layout.rs's LAYERS)",
                     file.display()
                 ));
             }
-            if !in_tests && target != here.as_slice() && !target.is_empty() {
+            if let Some(target) = target
+                && !in_tests
+                && target != here.as_slice()
+                && !target.is_empty()
+            {
                 graph.entry(file).or_default().insert(modules[target]);
-            }
-        }
-        for rule in CRATES.iter().filter(|rule| rule.forbidden_in.contains(&top)) {
-            for (line, name) in uses(text, rule.names) {
-                broken.push(format!(
-                    "exitprof/src/{}:{line}: {name}: {}",
-                    file.display(),
-                    rule.why
-                ));
             }
         }
     }
     for circle in circles(&graph) {
         let names: Vec<String> = circle.iter().map(|f| f.display().to_string()).collect();
-        broken.push(format!("these files import each other in a circle: {}", names.join(", ")));
+        broken.push(format!(
+            "these files of {krate} import each other in a circle: {}",
+            names.join(", ")
+        ));
     }
     broken
 }
 
-/// The module a file of exitprof/src is: `run/start.rs` is `run::start`, `run/mod.rs` is `run`,
-/// `main.rs` the crate's root (no segment).
+/// The module a file of a crate's src is: `run/start.rs` is `run::start`, `run/mod.rs` is `run`,
+/// `main.rs` and `lib.rs` the crate's root (no segment).
 fn module_of(file: &Path) -> Vec<String> {
     let mut segments: Vec<String> =
         file.with_extension("").iter().map(|s| s.to_string_lossy().into_owned()).collect();
-    if segments.last().is_some_and(|s| s == "mod") || segments == ["main"] {
+    if segments.last().is_some_and(|s| s == "mod") || segments == ["main"] || segments == ["lib"] {
         segments.pop();
     }
     segments
@@ -262,10 +303,25 @@ fn imports(text: &str) -> Vec<(usize, String)> {
     found
 }
 
-/// Whether `path` starts in exitprof/src: from `crate`, `super` or `self`.
+/// Whether `path` starts in exitprof's crates: from `crate`, `super` or `self`, or from the
+/// library or the engine by name.
 fn is_ours(path: &str) -> bool {
     let root = path.split(|c: char| !(c.is_alphanumeric() || c == '_')).next();
-    root.is_some_and(|root| ["crate", "super", "self"].contains(&root))
+    root.is_some_and(|root| {
+        ["crate", "super", "self"].contains(&root)
+            || SOURCES.iter().any(|(_, name)| !name.is_empty() && *name == root)
+    })
+}
+
+/// The folder of another crate that `path` names, when it names one in [`LAYERS`]: through the
+/// crate (`exitprof_core::analysis::..`) or through a name the crate's root gives it
+/// (`crate::analysis::..` after `use exitprof_core::analysis;`).
+fn other_crate_folder(path: &str) -> Option<&str> {
+    let mut segments = path.split("::");
+    let root = segments.next()?;
+    let ours = root == "crate" || SOURCES.iter().any(|(_, name)| !name.is_empty() && *name == root);
+    let folder = segments.next()?;
+    (ours && layer_of(folder).is_some()).then_some(folder)
 }
 
 /// Where in `text` the first of `words` begins as a word of its own (not part of an identifier
@@ -382,26 +438,6 @@ fn rust_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Where `text` uses a path through one of the crates `names` (`name::...`), comments left
-/// out: (line, name), lines counted from 1.
-fn uses<'a>(text: &str, names: &[&'a str]) -> Vec<(usize, &'a str)> {
-    let mut found = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let code = line.split_once("//").map_or(line, |(code, _)| code);
-        let words = code.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'));
-        for word in words {
-            let segments: Vec<&str> = word.split("::").collect();
-            if segments.len() < 2 {
-                continue;
-            }
-            if let Some(name) = names.iter().find(|name| segments.contains(name)) {
-                found.push((i + 1, *name));
-            }
-        }
-    }
-    found
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -409,21 +445,6 @@ mod tests {
     /// A tree of files from (path, text) pairs.
     fn tree(files: &[(&str, &str)]) -> BTreeMap<PathBuf, String> {
         files.iter().map(|(path, text)| (PathBuf::from(path), (*text).to_owned())).collect()
-    }
-
-    #[test]
-    fn paths_through_a_crate_are_found_and_other_words_are_not() {
-        let text = "\
-use aya::maps::RingBuf;
-use crate::{cli::Target, run};
-    clap::ValueEnum,
-let cli = parse(); cli.run.target(); // aya:: in a comment
-/// tokio::spawn in a doc comment
-#[tokio::main]
-let x = not_aya::f();
-";
-        let found = uses(text, &["aya", "tokio", "clap"]);
-        assert_eq!(found, [(1, "aya"), (3, "clap"), (6, "tokio")]);
     }
 
     #[test]
@@ -481,7 +502,7 @@ let y = my_crate::z; Self::new(); self.crate_name;
             ("serve/mod.rs", "fn f() { crate::diff::diff(); }\n"),
             ("diff/mod.rs", "use crate::report::fmt_ns;\n"),
         ]);
-        let broken = breaches(&files);
+        let broken = breaches("exitprof", &files);
         assert_eq!(broken.len(), 2, "{broken:#?}");
         assert!(broken[0].starts_with(
             "exitprof/src/probes/mod.rs:1: crate::run::own_cost::enable_bpf_stats: probes \
@@ -503,31 +524,64 @@ let y = my_crate::z; Self::new(); self.crate_name;
             ("run/mod.rs", "mod start;\npub use self::start::Started;\n"),
             ("run/start.rs", "fn f() {}\n#[cfg(test)]\nmod tests {\n    use super::super::*;\n}\n"),
         ]);
-        let broken = breaches(&files);
+        let broken = breaches("exitprof", &files);
         assert_eq!(
             broken,
-            ["these files import each other in a circle: diff/document.rs, diff/text.rs, \
-              diff/verdict.rs"]
+            ["these files of exitprof import each other in a circle: diff/document.rs, \
+              diff/text.rs, diff/verdict.rs"]
         );
     }
 
     #[test]
-    fn a_folder_in_no_layer_and_a_crate_out_of_its_layer_are_breaches() {
-        let files = tree(&[
-            ("widgets/mod.rs", "fn f() {}\n"),
-            ("analysis/mod.rs", "use tokio::sync::watch;\n"),
-            ("export/mod.rs", "#[derive(clap::ValueEnum)]\nenum Format {}\n"),
-            ("cli/mod.rs", "use clap::Parser;\n"),
-        ]);
-        let broken = breaches(&files);
-        assert_eq!(broken.len(), 3, "{broken:#?}");
-        assert!(broken[0].starts_with("exitprof/src/analysis/mod.rs:1: tokio: analysis/ is pure"));
-        assert!(broken[1].starts_with("exitprof/src/export/mod.rs:1: clap: the command line"));
-        assert!(broken[2].starts_with("exitprof/src/widgets/mod.rs: widgets is in no layer"));
+    fn a_folder_in_no_layer_is_a_breach() {
+        let files =
+            tree(&[("widgets/mod.rs", "fn f() {}\n"), ("cli/mod.rs", "use clap::Parser;\n")]);
+        let broken = breaches("exitprof", &files);
+        assert_eq!(
+            broken,
+            ["exitprof/src/widgets/mod.rs: widgets is in no layer: place it in \
+                             xtask/src/layout.rs's LAYERS"]
+        );
     }
 
     #[test]
-    fn exitprof_src_keeps_the_rules() {
+    fn a_folder_of_another_crate_is_in_its_layer() {
+        let files = tree(&[
+            ("lib.rs", "pub mod probes;\nuse exitprof_core::report;\n"),
+            ("probes/mod.rs", "use crate::report::fmt_ns;\nuse exitprof_core::export::Format;\n"),
+            ("probes/load.rs", "use exitprof_core::kernel::kallsyms::Kallsyms;\n"),
+        ]);
+        let broken = breaches("exitprof-engine", &files);
+        assert_eq!(broken.len(), 2, "{broken:#?}");
+        assert!(broken[0].starts_with(
+            "exitprof-engine/src/probes/mod.rs:1: crate::report::fmt_ns: probes imports report"
+        ));
+        assert!(broken[1].starts_with(
+            "exitprof-engine/src/probes/mod.rs:2: exitprof_core::export::Format: probes imports \
+             export"
+        ));
+    }
+
+    #[test]
+    fn a_forbidden_dependency_is_a_breach_at_the_depth_it_is_forbidden() {
+        // The library derives serde's traits: serde is a direct dependency of its, serde_derive
+        // one of serde's.
+        let rules: &[Forbidden] = &[
+            ("exitprof-core", &["serde", "aya"], Reach::Direct, "planted"),
+            ("exitprof-core", &["serde_derive"], Reach::Direct, "planted"),
+            ("exitprof-core", &["serde_derive"], Reach::Any, "planted"),
+        ];
+        assert_eq!(
+            dependencies(rules).unwrap(),
+            [
+                "exitprof-core depends on serde: planted",
+                "exitprof-core depends on serde_derive: planted"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_crates_keep_the_rules() {
         check().unwrap();
     }
 }

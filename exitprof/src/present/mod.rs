@@ -9,6 +9,8 @@
 
 mod compare;
 pub mod manuals;
+mod plan_document;
+mod progress;
 mod publish;
 mod run;
 
@@ -19,8 +21,8 @@ pub use self::{
 };
 use crate::{
     diff::{self, DiffRequest},
+    present::plan_document::PlanDocument,
     probes::{ProbeOptions, plan},
-    report::plan_document::PlanDocument,
     run::start,
 };
 

@@ -10,8 +10,9 @@ use crate::{
     analysis::stage_detail::{self, StageDetail},
     base::{UsageError, runtime},
     export::{ExportSet, ExportTarget},
-    profiled::{Target, workload::ChildOutcome},
-    report::{progress::ProgressLine, record_views, run_document::RunDocument, terminal},
+    present::progress::ProgressLine,
+    profiled::{Target, workload},
+    report::{record_views, run_document::RunDocument, terminal},
     run::{
         self, RunOutcome, RunRequest,
         record::{
@@ -134,7 +135,7 @@ fn view_text(
 
 /// How the run's workload or command failed, if it did.
 fn workload_failure(outcome: &RunOutcome) -> Option<String> {
-    let failure = outcome.child.as_ref().and_then(ChildOutcome::failure)?;
+    let failure = outcome.child.as_ref().and_then(workload::failure)?;
     let what = match outcome.target {
         Target::Command(_) => "command",
         _ => "workload",

@@ -1,0 +1,258 @@
+//! The export set of one profiled run: a single plain variant.
+
+use serde_json::Value;
+
+use super::{ExportSet, RunStats, Series, StackKind, Variant, WeightedStack, WorkloadLabel};
+use crate::{
+    analysis::{blocking::BlockedReport, groups::Groups, histogram::Latency, on_cpu::OnCpuReport},
+    report::{
+        run_document::{RunDocument, WorkloadDoc},
+        terminal,
+    },
+    run::RunOutcome,
+};
+
+impl ExportSet {
+    /// The set of one run. `doc` is its `--json` document and `document` that document as
+    /// printed, so every export states the same figures as the report.
+    pub fn from_run(run: &RunOutcome, doc: &RunDocument, document: String) -> Self {
+        let variant = Variant::default();
+        let stats = RunStats {
+            variant: variant.clone(),
+            exits_expected: doc.exits_expected,
+            exits_recorded: doc.exits_recorded,
+            exits_lost: doc.lost,
+            losses: doc.losses.by_cause().map(|(count, n)| (count.key, n)).collect(),
+            elapsed: run.elapsed,
+            user: run.child.as_ref().map(|c| c.user),
+            sys: run.child.as_ref().map(|c| c.sys),
+            exit_rate: doc.exit_rate,
+        };
+        let series_of = |group: Option<&str>, stage: &str, latency: &Latency| Series {
+            stage: stage.to_owned(),
+            variant: variant.clone(),
+            group: group.map(str::to_owned),
+            hist: latency.hist.clone(),
+            sum_ns: latency.total_ns,
+        };
+        // The run's stages, then each group's whole exit (`--group-by`).
+        let groups = run.groups.iter().flat_map(Groups::iter);
+        let series = run
+            .profile
+            .latencies()
+            .map(|(stage, latency)| series_of(None, stage, latency))
+            .chain(groups.filter_map(|(name, group)| {
+                Some(series_of(Some(name), "exit", group.exit.as_ref()?))
+            }))
+            .collect();
+        let teardowns = run
+            .teardowns
+            .each()
+            .into_iter()
+            .filter(|t| t.joined > 0)
+            .flat_map(|t| {
+                let kind = t.kind_key;
+                [
+                    series_of(None, &format!("teardown:{kind}"), &t.teardown_latency),
+                    series_of(None, &format!("teardown-wait:{kind}"), &t.wait_latency),
+                ]
+            })
+            .collect();
+        Self {
+            compared: None,
+            kernel: doc.kernel.clone(),
+            attach: doc.attach,
+            probes: doc.probes.clone(),
+            workload: workload_label(&doc.workload),
+            started_at: run.started_at,
+            partial: doc.partial,
+            runs: vec![stats],
+            series,
+            teardowns,
+            document,
+            stacks: weighted_stacks(&run.on_cpu, &run.blocked, &variant),
+            verdict: Some(doc.verdict.clone()),
+            report: terminal::render(doc),
+        }
+    }
+}
+
+/// The stacks of a run (or a side): those sampled, each weighed by the on-CPU time it stands
+/// for, and those where exits blocked, by the blocked time they stand for.
+pub(super) fn weighted_stacks(
+    on_cpu: &OnCpuReport,
+    blocked: &BlockedReport,
+    variant: &Variant,
+) -> Vec<WeightedStack> {
+    let stack = |kind, stage: &str, frames: &[String], ns: f64| WeightedStack {
+        variant: variant.clone(),
+        kind,
+        stage: stage.to_owned(),
+        frames: frames.to_vec(),
+        us: (ns / 1e3).round() as u64,
+    };
+    let sampled = on_cpu.stages.iter().flat_map(|stage| {
+        stage.stacks.iter().map(|s| stack(StackKind::OnCpu, &stage.stage, &s.stack, s.est_ns))
+    });
+    let blocked =
+        blocked.stacks.iter().map(|b| stack(StackKind::OffCpu, &b.stage, &b.stack, b.est_ns));
+    sampled.chain(blocked).collect()
+}
+
+/// The workload as the document names it: its kind, and every parameter it has, whatever the
+/// workload (so a new workload's parameters are exported without a change here).
+pub(super) fn workload_label(doc: &WorkloadDoc) -> WorkloadLabel {
+    let Ok(Value::Object(fields)) = serde_json::to_value(doc) else {
+        unreachable!("a workload document is a JSON object of plain values")
+    };
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let kind = fields.get("kind").map(text).unwrap_or_default();
+    let params = fields
+        .iter()
+        // A parameter that was not given (null) is not a parameter of this run.
+        .filter(|(k, v)| *k != "kind" && !v.is_null())
+        .map(|(k, v)| (k.clone(), text(v)))
+        .collect();
+    WorkloadLabel { kind, params }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use exitprof_common::point::{ExitFn, Marker, Point};
+
+    use super::*;
+    use crate::{
+        analysis::{
+            deferred::DeferredWork,
+            profile::Profile,
+            records::{Exit, PointHit},
+            teardown::Teardowns,
+        },
+        kernel::{exit_path::ExitPath, kallsyms::Kallsyms, version::KernelVersion},
+        probes::plan::{AttachMode, How, Plan, Planned, SiteId},
+        profiled::{Storm, Target, ThreadsParams, workload::ChildOutcome},
+        run::{
+            Ended, Losses,
+            own_cost::{CpuTime, OwnCost},
+        },
+    };
+
+    /// A run as `run::run` returns it, from 2000 exits with known hits: the start syscall,
+    /// `exit_files` entry and return, the final switch.
+    pub(crate) fn synthetic_run() -> RunOutcome {
+        let planned = |site: SiteId, how, target: &str| Planned {
+            site,
+            point: site.name(),
+            how,
+            target: target.to_owned(),
+            note: None,
+        };
+        let plan = Plan {
+            kernel: "6.18.0-test".to_owned(),
+            mode: AttachMode::Auto,
+            object: crate::kernel::bpf_object::BpfObject::default_object(),
+            points: vec![
+                planned(
+                    SiteId::Marker(Marker::SysEnterExit),
+                    How::Tracepoint,
+                    "syscalls:sys_enter_exit",
+                ),
+                planned(SiteId::Function(ExitFn::ExitFiles), How::Fentry, "exit_files"),
+                planned(SiteId::Marker(Marker::FinalSwitch), How::BtfTracepoint, "sched_switch"),
+            ],
+            unavailable: Vec::new(),
+            exit_path: ExitPath::for_kernel(KernelVersion::new(6, 18, 0)),
+        };
+        let mut profile = Profile::new(&plan);
+        for i in 0..2_000u64 {
+            let t0 = i * 1_000_000;
+            let hits = [
+                (Point::Marker(Marker::SysEnterExit), t0, 0),
+                (Point::Enter(ExitFn::ExitFiles), t0 + 900 + i % 50 * 10, 0),
+                (Point::Return(ExitFn::ExitFiles), t0 + 3_000 + i % 300 * 20, 0),
+                (Point::Marker(Marker::FinalSwitch), t0 + 10_000 + i * i % 70_000, i % 3 * 1_000),
+            ];
+            profile.add(&Exit {
+                pid: 1_000 + i as u32,
+                tgid: 1_000,
+                hits: hits
+                    .map(|(point, ts_ns, off_cpu_ns)| PointHit {
+                        point,
+                        ts_ns,
+                        off_cpu_ns,
+                        runq_ns: 0,
+                    })
+                    .to_vec(),
+                ..Exit::default()
+            });
+        }
+        let storm = ThreadsParams { threads: 200, reps: 10, stagger_us: 2, rate: None };
+        let elapsed = Duration::from_millis(110);
+        RunOutcome {
+            plan,
+            target: Target::Storm(Storm::Threads(storm)),
+            duration: None,
+            expected_exits: Some(2_000),
+            child: Some(ChildOutcome {
+                statuses: vec![(1_000, 0)],
+                user: Duration::from_millis(12),
+                sys: Duration::from_millis(150),
+                elapsed,
+                report: None,
+            }),
+            elapsed,
+            ended: Ended::Workload,
+            burst_rate: None,
+            started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000),
+            profile,
+            groups: None,
+            deferred: DeferredWork::new(true, true, false),
+            teardowns: Teardowns::new(true, true).report(&Kallsyms::of_symbols(&[])),
+            blocked: BlockedReport::default(),
+            on_cpu: OnCpuReport::default(),
+            losses: Losses::default(),
+            kernel_cost: None,
+            probe_effect: None,
+            interrupted: None,
+            own_cost: OwnCost {
+                cpu: CpuTime::default(),
+                collecting: CpuTime::default(),
+                peak_rss_bytes: None,
+            },
+            selected: None,
+        }
+    }
+
+    #[test]
+    fn a_run_is_one_plain_variant_with_the_exit_first() {
+        let run = synthetic_run();
+        let doc = RunDocument::new(&run);
+        let set = ExportSet::from_run(&run, &doc, String::new());
+        assert_eq!(set.stages(), ["exit", "do_exit…exit_shm", "exit_files", "exit_fs…__schedule"]);
+        assert_eq!(set.variants(), [&Variant::default()]);
+        let exit = &set.series[0];
+        assert_eq!((exit.hist.len(), exit.sum_ns), (2_000, run.profile.exit().total_ns));
+        let stage_sum: u128 = set.series[1..].iter().map(|s| s.sum_ns).sum();
+        assert_eq!(stage_sum, exit.sum_ns, "stages partition the exit");
+        assert_eq!(set.runs[0].exits_recorded, 2_000);
+        assert_eq!(set.runs[0].losses.len(), Losses::default().by_cause().count());
+    }
+
+    #[test]
+    fn workload_parameters_come_from_the_document() {
+        let doc = WorkloadDoc::Threads(ThreadsParams {
+            threads: 1000,
+            reps: 10,
+            stagger_us: 2,
+            rate: None,
+        });
+        let w = workload_label(&doc);
+        assert_eq!(w.kind, "threads");
+        assert_eq!(w.describe(), "threads (threads=1000 reps=10 stagger_us=2)");
+    }
+}

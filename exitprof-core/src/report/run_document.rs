@@ -1,0 +1,457 @@
+//! The machine-readable result of a run (`--json`).
+
+use exitprof_common::counters;
+use serde::Serialize;
+
+use crate::{
+    analysis::{
+        blocking::BlockedIn,
+        deferred::DeferredReport,
+        exit_stacks::JoinCounts,
+        histogram::{Bucket, Latency},
+        on_cpu::{HotPath, OnCpuIn, OnCpuReport},
+        probe_effect::ProbeEffect,
+        profile::{Profile, StageRow},
+        records::ExitKind,
+        teardown::TeardownReports,
+    },
+    kernel::bpf_object::BpfObject,
+    probes::{
+        counts::ProgramCost,
+        plan::{AttachMode, Planned, Unplanned},
+    },
+    profiled::{ForkParams, NetnsParams, Storm, Target, ThreadsParams, workload::exit_rate},
+    report::{
+        groups::GroupsDoc,
+        verdict::{run_verdict, teardown_verdict},
+    },
+    run::{Diagnostics, Ended, Losses, RunOutcome, own_cost::OwnCost, record::selection::Selected},
+};
+
+/// How far the achieved rate may be from a --rate target and still count as reached.
+pub const RATE_TOLERANCE: f64 = 0.05;
+/// Sampled stacks reported per stage.
+pub const ON_CPU_IN_SHOWN: usize = 5;
+
+/// The `--json` document. Later versions add keys; the ones here stay, `null` where a value does
+/// not exist for the target (e.g. user and sys time of processes exitprof did not start).
+#[derive(Debug, Serialize)]
+pub struct RunDocument {
+    /// The run was cut short (Ctrl-C, SIGTERM): the figures cover what ran until then.
+    pub partial: bool,
+    pub kernel: String,
+    pub attach: AttachMode,
+    /// The eBPF object loaded, and how it does each part of its work where kernels differ.
+    pub object: BpfObject,
+    pub workload: WorkloadDoc,
+    pub ended: Ended,
+    pub exits_expected: Option<u64>,
+    pub exits_recorded: u64,
+    /// Exits with no start marker, timed from the first exit-only point they reached (no start
+    /// probe covered their path, e.g. with the syscall tracepoints off).
+    pub late_starts: u64,
+    /// Followed exits back on a CPU without a `sched_switch` showing it: their off-CPU
+    /// interval closed late, at their next probe point or their end.
+    pub unseen_returns: u64,
+    /// Tasks the storm's drivers created (`null` when exitprof does not drive the target).
+    pub tasks_created: Option<u64>,
+    /// Exits lost, all causes together (`losses` has them apart).
+    pub lost: u64,
+    pub losses: Losses,
+    /// What happened besides losses, for a person looking into the run: returns to a CPU no
+    /// `sched_switch` showed, stacks walked and skipped, samples taken, ends of an earlier run's
+    /// exits, refusals found stale.
+    pub diagnostics: Diagnostics,
+    pub elapsed_s: f64,
+    /// CPU time of exitprof's workload children and what they waited for (`wait4` rusage).
+    pub user_s: Option<f64>,
+    pub sys_s: Option<f64>,
+    /// Exits per second. For storms as the 2006 thread computed it, from the drivers' counts:
+    /// (created + exited) / elapsed / 2; otherwise exits recorded / elapsed.
+    pub exit_rate: f64,
+    /// The --rate target and how the storm met it.
+    pub rate: Option<RateDoc>,
+    /// The whole exit first (named `exit`), then each stage in kernel order.
+    pub stages: Vec<StageDoc>,
+    /// The same for each kind of exit that occurred apart: `thread` (a thread of a process that
+    /// lives on) and `process` (the last or only thread of its process).
+    pub by_kind: Vec<KindDoc>,
+    /// With --group-by: the exits of each workload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<GroupsDoc>,
+    /// Exits that ran out of hit slots: in the whole exit's figures, left out of the stages'.
+    pub truncated: u64,
+    /// Exits that blocked (were switched out asleep), and their blocks.
+    pub blocked_exits: u64,
+    pub blocks: u64,
+    /// Blocks whose kernel stack was walked (within a budget of walks per second and CPU) and
+    /// joined to their exit.
+    pub blocks_walked: u64,
+    /// Time the exits spent blocked, in all: `blocked_in` and `blocked_unwalked_ns` add up to it.
+    pub blocked_ns: u128,
+    /// Blocked time in stages where no block's stack was walked.
+    pub blocked_unwalked_ns: u128,
+    /// Where the time went, in a sentence or two.
+    pub verdict: String,
+    /// Where exits blocked, by stage and kernel stack, most time first: each stage's blocked
+    /// time shared out by the time of the blocks walked in it.
+    pub blocked_in: Vec<BlockedIn>,
+    /// What became of the on-CPU samples (`stages[].on_cpu_in` has those joined to a stage).
+    pub samples: JoinCounts,
+    /// Work the exits caused in other contexts, joined back to them.
+    pub deferred: DeferredReport,
+    /// The namespace teardowns the exits set off (`net`: `cleanup_net`; `user`:
+    /// `free_user_ns`), each joined to its exit: their time, how long after the exit, where
+    /// their kworker blocked and computed, and what could not be joined.
+    pub teardowns: TeardownReports,
+    /// With --bpf-stats: what exitprof's programs cost in the kernel while the target ran.
+    pub kernel_cost: Option<KernelCostDoc>,
+    /// With --bpf-stats: how much of the exits, and of each stage, was exitprof's own programs
+    /// running (shown beside the stages, not subtracted); `null` without the flag.
+    pub probe_effect: Option<ProbeEffect>,
+    pub probes: Vec<Planned>,
+    pub unavailable: Vec<Unplanned>,
+    /// exitprof's own CPU time and peak memory, its workload children left out.
+    pub exitprof: OwnCost,
+    /// Of a record's exits, those a view chose (`exitprof report --pid`, each kind of
+    /// `--by-kind`): which, out of how many, and the keys that stay the whole run's; `null` for
+    /// all of the run's exits.
+    pub selected: Option<SelectedDoc>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SelectedDoc {
+    #[serde(flatten)]
+    pub selected: Selected,
+    /// Keys of this document that are of the whole run: the exits it lost cannot be told apart
+    /// by process, nor can the `free_ipc` kworker's runs or exitprof's programs' runs, and the
+    /// workload's times are its own.
+    pub run_wide: [&'static str; 7],
+}
+
+impl SelectedDoc {
+    pub fn new(selected: Selected) -> Self {
+        let run_wide =
+            ["lost", "losses", "elapsed_s", "user_s", "sys_s", "deferred.ipc", "kernel_cost"];
+        Self { selected, run_wide }
+    }
+}
+
+/// What was profiled, with its parameters.
+#[derive(Debug, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum WorkloadDoc {
+    Threads(ThreadsParams),
+    Fork(ForkParams),
+    Ipcns(ForkParams),
+    Netns(NetnsParams),
+    Command { command: Vec<String> },
+    Pid { pid: u32, duration_s: Option<f64> },
+    Comm { comm: String, duration_s: Option<f64> },
+    Cgroup { cgroup: String, duration_s: Option<f64> },
+    All { duration_s: Option<f64> },
+}
+
+#[derive(Debug, Serialize)]
+pub struct RateDoc {
+    /// Exits per second asked for.
+    pub target: u64,
+    /// `exit_rate` within 5 % of the target.
+    pub reached: bool,
+    /// The fastest bursts of the storm's threads before attaching (exits/s, without probes).
+    pub burst_max: Option<f64>,
+    /// The stagger chosen for each rep (ns).
+    pub staggers_ns: Vec<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StageDoc {
+    pub name: String,
+    pub count: u64,
+    pub mean_ns: f64,
+    pub min_ns: u64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub max_ns: u64,
+    pub total_ns: u128,
+    pub share_of_exit: f64,
+    pub off_cpu_share: f64,
+    /// The part of the off-CPU time spent runnable (preempted, waiting for a CPU) rather than
+    /// blocked.
+    pub runq_share: f64,
+    /// What the kernel does in this stage.
+    pub covers: Vec<String>,
+    /// Samples of the sampling clock that caught an exit on a CPU in this stage (0 for the whole
+    /// exit's row: its samples are its stages').
+    pub on_cpu_samples: u64,
+    /// The deepest chain of calls most of those samples go through.
+    pub on_cpu_mostly_in: Option<HotPath>,
+    /// The stacks sampled most, with their share of the stage's samples and the on-CPU time
+    /// that share stands for.
+    pub on_cpu_in: Vec<OnCpuIn>,
+    /// With --bpf-stats: the mean time per exit through the stage that exitprof's own programs
+    /// ran in it (ns), included in the figures above; `null` without the flag.
+    pub probe_effect_ns: Option<f64>,
+    /// The histogram: every non-empty bucket, lowest first.
+    pub buckets: Vec<Bucket>,
+}
+
+impl StageDoc {
+    fn new(name: String, latency: &Latency, share_of_exit: f64, covers: Vec<String>) -> Self {
+        let s = latency.summary();
+        Self {
+            name,
+            count: s.count,
+            mean_ns: s.mean_ns,
+            min_ns: s.min_ns,
+            p50_ns: s.p50_ns,
+            p90_ns: s.p90_ns,
+            p99_ns: s.p99_ns,
+            p999_ns: s.p999_ns,
+            max_ns: s.max_ns,
+            total_ns: s.total_ns,
+            share_of_exit,
+            off_cpu_share: s.off_cpu_share(),
+            runq_share: s.runq_share(),
+            covers,
+            on_cpu_samples: 0,
+            on_cpu_mostly_in: None,
+            on_cpu_in: Vec::new(),
+            probe_effect_ns: None,
+            buckets: latency.buckets(),
+        }
+    }
+}
+
+/// exitprof's programs, as the kernel's BPF run-time statistics counted them.
+#[derive(Debug, Serialize)]
+pub struct KernelCostDoc {
+    /// Every attached program, costliest first.
+    pub programs: Vec<ProgramCostDoc>,
+    /// All programs together: runs and time spent in them (ns).
+    pub runs: u64,
+    pub run_ns: u64,
+    /// `run_ns` over the exits recorded (`null` without exits): what each recorded exit cost in
+    /// the kernel, the runs on other tasks' events included.
+    pub ns_per_exit: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProgramCostDoc {
+    pub program: String,
+    pub runs: u64,
+    pub run_ns: u64,
+    /// `null` when it never ran.
+    pub ns_per_run: Option<f64>,
+    /// `run_ns` over the exits recorded (`null` without exits).
+    pub ns_per_exit: Option<f64>,
+}
+
+impl KernelCostDoc {
+    pub fn new(costs: &[ProgramCost], exits: u64) -> Self {
+        let per = |ns: u64, n: u64| (n > 0).then(|| ns as f64 / n as f64);
+        let mut programs: Vec<ProgramCostDoc> = costs
+            .iter()
+            .map(|c| ProgramCostDoc {
+                program: c.program.clone(),
+                runs: c.runs,
+                run_ns: c.run_ns,
+                ns_per_run: per(c.run_ns, c.runs),
+                ns_per_exit: per(c.run_ns, exits),
+            })
+            .collect();
+        programs.sort_by_key(|p| std::cmp::Reverse(p.run_ns));
+        let run_ns = costs.iter().map(|c| c.run_ns).sum();
+        Self {
+            programs,
+            runs: costs.iter().map(|c| c.runs).sum(),
+            run_ns,
+            ns_per_exit: per(run_ns, exits),
+        }
+    }
+}
+
+/// The stage table of a profile: the whole exit first (named `exit`), then each stage in kernel
+/// order, with its samples and exitprof's own time in it.
+pub fn stage_docs(
+    profile: &Profile,
+    on_cpu: &OnCpuReport,
+    effect: Option<&ProbeEffect>,
+) -> Vec<StageDoc> {
+    let mut stages = stage_table_docs(profile.exit(), profile.rows(), on_cpu);
+    if let Some(effect) = effect {
+        for (i, stage) in stages.iter_mut().enumerate() {
+            // A stage no program ran in has none of exitprof's time.
+            stage.probe_effect_ns = Some(if i == 0 {
+                effect.ns_per_exit
+            } else {
+                effect.in_stage(&stage.name).unwrap_or(0.0)
+            });
+        }
+    }
+    stages
+}
+
+fn stage_table_docs(
+    exit: &Latency,
+    rows: Vec<StageRow<'_>>,
+    on_cpu: &OnCpuReport,
+) -> Vec<StageDoc> {
+    let mut stages = vec![StageDoc::new("exit".to_owned(), exit, 1.0, Vec::new())];
+    stages.extend(rows.into_iter().map(|row| {
+        let mut doc = StageDoc::new(
+            row.stage.name.clone(),
+            row.latency,
+            row.share_of_exit,
+            row.stage.covers.clone(),
+        );
+        if let Some(sampled) = on_cpu.stages.iter().find(|s| s.stage == row.stage.name) {
+            doc.on_cpu_samples = sampled.samples;
+            doc.on_cpu_mostly_in.clone_from(&sampled.mostly_in);
+            doc.on_cpu_in = sampled.stacks.iter().take(ON_CPU_IN_SHOWN).cloned().collect();
+        }
+        doc
+    }));
+    stages
+}
+
+/// One kind of exit's stage table.
+#[derive(Debug, Serialize)]
+pub struct KindDoc {
+    pub kind: ExitKind,
+    pub exits: u64,
+    /// As `stages` of the whole document.
+    pub stages: Vec<StageDoc>,
+}
+
+/// Each kind of exit that occurred, with its stage table.
+pub fn kind_docs(profile: &Profile) -> Vec<KindDoc> {
+    profile
+        .kinds()
+        .into_iter()
+        .map(|(kind, exit, rows)| KindDoc {
+            kind,
+            exits: exit.count(),
+            // Samples are reported for all exits together.
+            stages: stage_table_docs(exit, rows, &OnCpuReport::default()),
+        })
+        .collect()
+}
+
+impl RunDocument {
+    pub fn new(run: &RunOutcome) -> Self {
+        let elapsed_s = run.elapsed.as_secs_f64();
+        let recorded = run.profile.exits;
+        let mut verdict =
+            run_verdict(run.profile.exit(), &run.profile.rows(), &run.blocked, &run.on_cpu);
+        if let Some(teardowns) = teardown_verdict(&run.profile.exit().summary(), &run.teardowns) {
+            verdict.push(' ');
+            verdict.push_str(&teardowns);
+        }
+        let stages = stage_docs(&run.profile, &run.on_cpu, run.probe_effect.as_ref());
+        let report = run.child.as_ref().and_then(|c| c.report.as_ref());
+        let exit_rate = exit_rate(run.child.as_ref(), run.elapsed, recorded);
+        let rate = match run.target {
+            Target::Storm(Storm::Threads(ThreadsParams { rate: Some(target), .. })) => {
+                Some(RateDoc {
+                    target,
+                    reached: (exit_rate / target as f64 - 1.0).abs() <= RATE_TOLERANCE,
+                    burst_max: run.burst_rate,
+                    staggers_ns: report.map(|r| r.staggers_ns.clone()).unwrap_or_default(),
+                })
+            }
+            _ => None,
+        };
+        Self {
+            partial: run.interrupted.is_some(),
+            kernel: run.plan.kernel.clone(),
+            attach: run.plan.mode,
+            object: run.plan.object.clone(),
+            workload: WorkloadDoc::new(&run.target, run.duration.map(|d| d.as_secs_f64())),
+            ended: run.ended,
+            exits_expected: run.expected_exits,
+            exits_recorded: recorded,
+            late_starts: run.profile.late_starts,
+            unseen_returns: run.losses.get(counters::UNSEEN_RETURN),
+            tasks_created: report.map(|r| r.created),
+            lost: run.losses.exits(),
+            losses: run.losses,
+            diagnostics: Diagnostics(run.losses),
+            elapsed_s,
+            user_s: run.child.as_ref().map(|c| c.user.as_secs_f64()),
+            sys_s: run.child.as_ref().map(|c| c.sys.as_secs_f64()),
+            exit_rate,
+            rate,
+            stages,
+            by_kind: kind_docs(&run.profile),
+            groups: run.groups.as_ref().map(GroupsDoc::new),
+            truncated: run.profile.truncated,
+            blocked_exits: run.blocked.blocked_exits,
+            blocks: run.blocked.blocks,
+            blocks_walked: run.blocked.blocks_walked,
+            blocked_ns: run.blocked.blocked_ns,
+            blocked_unwalked_ns: run.blocked.unwalked_ns,
+            verdict,
+            blocked_in: run.blocked.stacks.clone(),
+            samples: run.on_cpu.sampled,
+            deferred: run.deferred.report(),
+            teardowns: run.teardowns.clone(),
+            // exitprof's programs ran for all of the run's exits.
+            kernel_cost: run
+                .kernel_cost
+                .as_deref()
+                .map(|c| KernelCostDoc::new(c, run.selected.map_or(recorded, |s| s.exits_in_run))),
+            probe_effect: run.probe_effect.clone(),
+            probes: run.plan.points.clone(),
+            unavailable: run.plan.unavailable.clone(),
+            exitprof: run.own_cost,
+            selected: run.selected.map(SelectedDoc::new),
+        }
+    }
+}
+
+impl WorkloadDoc {
+    pub fn new(target: &Target, duration_s: Option<f64>) -> Self {
+        match target {
+            Target::Storm(Storm::Threads(p)) => Self::Threads(*p),
+            Target::Storm(Storm::Fork(f)) => Self::Fork(*f),
+            Target::Storm(Storm::Ipcns(f)) => Self::Ipcns(*f),
+            Target::Storm(Storm::Netns(n)) => Self::Netns(*n),
+            Target::Command(argv) => Self::Command {
+                command: argv.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+            },
+            Target::Pid(pid) => Self::Pid { pid: *pid, duration_s },
+            Target::Comm(comm) => Self::Comm { comm: comm.clone(), duration_s },
+            Target::Cgroup(path) => {
+                Self::Cgroup { cgroup: path.to_string_lossy().into_owned(), duration_s }
+            }
+            Target::All => Self::All { duration_s },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_cost_is_per_run_and_per_exit_costliest_first() {
+        let cost =
+            |program: &str, runs, run_ns| ProgramCost { program: program.to_owned(), runs, run_ns };
+        let costs = [
+            cost("task_newtask", 0, 0),
+            cost("sched_switch", 400, 60_000),
+            cost("exit", 200, 90_000),
+        ];
+        let doc = KernelCostDoc::new(&costs, 100);
+        let order: Vec<&str> = doc.programs.iter().map(|p| p.program.as_str()).collect();
+        assert_eq!(order, ["exit", "sched_switch", "task_newtask"]);
+        assert_eq!((doc.runs, doc.run_ns, doc.ns_per_exit), (600, 150_000, Some(1_500.0)));
+        let switch = &doc.programs[1];
+        assert_eq!((switch.ns_per_run, switch.ns_per_exit), (Some(150.0), Some(600.0)));
+        assert_eq!(doc.programs[2].ns_per_run, None);
+        assert_eq!(KernelCostDoc::new(&costs, 0).ns_per_exit, None);
+    }
+}
