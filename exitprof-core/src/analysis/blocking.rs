@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{
     analysis::{
@@ -70,7 +70,7 @@ pub struct BlockedReport {
 }
 
 /// One stack where exits blocked, in one stage.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BlockedIn {
     pub stage: String,
     /// Innermost frame first, the scheduler left out, down to `do_exit`. A wait in code the

@@ -144,8 +144,8 @@ pub fn percentile_distribution(
 }
 
 /// What a histogram says, in numbers. Percentiles are HdrHistogram's (within 0.1%); mean and
-/// totals are exact.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// totals are exact. A stage's row of the run document embeds it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     pub count: u64,
     pub mean_ns: f64,
@@ -155,9 +155,19 @@ pub struct Summary {
     pub p99_ns: u64,
     pub p999_ns: u64,
     pub max_ns: u64,
+    #[serde(deserialize_with = "u128_read")]
     pub total_ns: u128,
+    /// Stages' rows of documents before schema 1 have only the shares: 0 there.
+    #[serde(default, deserialize_with = "u128_read")]
     pub off_cpu_ns: u128,
+    #[serde(default, deserialize_with = "u128_read")]
     pub runq_ns: u128,
+}
+
+/// Reads a total of ns written as a u128. serde cannot read a u128 through a flattened struct
+/// (a stage's row embeds its summary), and a total beyond u64 (584 years) is not a run's.
+fn u128_read<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u128, D::Error> {
+    u64::deserialize(d).map(u128::from)
 }
 
 impl Summary {

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{
     analysis::{
@@ -138,7 +138,7 @@ pub struct StageOnCpu {
 }
 
 /// A stack the sampling clock caught an exit in.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OnCpuIn {
     /// Innermost frame first, down to `do_exit`.
     pub stack: Vec<String>,
@@ -150,7 +150,7 @@ pub struct OnCpuIn {
 }
 
 /// The deepest chain of calls from `do_exit` that most of a stage's samples go through.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HotPath {
     /// Innermost first, `do_exit` left out.
     pub frames: Vec<String>,

@@ -6,14 +6,17 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::{
-    input::{RunView, StageView, TeardownView},
+    input::{RunView, TeardownView},
     matching::{Group, match_stages},
     noise::{
         CONFIDENCE, Change, FEW_RUNS_FACTOR, FEW_RUNS_FLOOR, Figure, RUNS_FOR_AN_INTERVAL,
         row_level,
     },
 };
-use crate::analysis::on_cpu::{EXIT_FRAME, heaviest_chain};
+use crate::{
+    analysis::on_cpu::{EXIT_FRAME, heaviest_chain},
+    report::run_document::StageDoc,
+};
 
 /// Stacks listed per kind, those whose time per exit changed most.
 pub const STACKS_SHOWN: usize = 5;
@@ -433,13 +436,16 @@ fn row(group: Group, a: &[RunView], b: &[RunView], level: f64, whole: Option<&Ro
 }
 
 fn run_figures(run: &RunView, stages: &[String], one_stage: bool) -> RunFigures {
-    let found: Vec<&StageView> =
+    let found: Vec<&StageDoc> =
         stages.iter().filter_map(|name| run.stages.iter().find(|s| s.name == *name)).collect();
     let exits = run.exits() as f64;
-    let total: f64 = found.iter().map(|s| s.total_ns).sum();
-    let off: f64 = found.iter().map(|s| s.total_ns * s.off_cpu_share).sum();
+    let total: f64 = found.iter().map(|s| s.latency.total_ns as f64).sum();
+    let off: f64 = found.iter().map(|s| s.latency.total_ns as f64 * s.off_cpu_share).sum();
     let latency = match found.as_slice() {
-        [s] if one_stage => Some([s.mean_ns, s.p50_ns, s.p99_ns]),
+        [s] if one_stage => {
+            let l = &s.latency;
+            Some([l.mean_ns, l.p50_ns as f64, l.p99_ns as f64])
+        }
         _ => None,
     };
     RunFigures { ns_per_exit: total / exits, off_cpu_ns_per_exit: off / exits, latency }
@@ -530,7 +536,7 @@ fn stack_changes(
 mod tests {
     use super::*;
     use crate::diff::{
-        input::tests::{document, view},
+        input::tests::{document, summary, view},
         noise::welch,
     };
 
@@ -719,7 +725,7 @@ mod tests {
     /// of its samples) and `free_pgtables`.
     fn teardown(mm: f64, lost: u64, ringbuf_full: u64) -> (String, RunView) {
         let mut doc = document(100, &tracepoint_cut(mm));
-        let stack = |frames: &[&str], share: f64| serde_json::json!({"stack": frames, "est_ns": mm * 100.0 * share});
+        let stack = |frames: &[&str], share: f64| serde_json::json!({"stack": frames, "samples": 1, "share": share, "est_ns": mm * 100.0 * share});
         doc["stages"][2]["on_cpu_in"] = serde_json::json!([
             stack(
                 &[
@@ -793,7 +799,7 @@ mod tests {
             let kind = |what: &str, function: &str, joined: u64| {
                 serde_json::json!({
                     "kind": what, "function": function, "joined": joined,
-                    "teardown_ns": {"mean_ns": teardown_ns}, "exit_to_start_ns": {"mean_ns": 2e6},
+                    "teardown_ns": summary(teardown_ns), "exit_to_start_ns": summary(2e6),
                     "blocked_share": 0.7, "on_cpu_share": 0.3,
                 })
             };

@@ -54,11 +54,14 @@ mod tests {
     fn run(unmap_ns: f64, lock_ns: f64) -> (String, crate::diff::input::RunView) {
         let mut doc = document(10, &[("exit_mm", &["exit_mm"], 1_000.0 + unmap_ns / 10.0)]);
         doc["stages"][1]["on_cpu_in"] = serde_json::json!([
-            {"stack": ["unmap_page_range", "exit_mmap", "do_exit"], "est_ns": unmap_ns},
-            {"stack": ["free_pgtables", "exit_mmap", "do_exit"], "est_ns": 1_000.0},
+            {"stack": ["unmap_page_range", "exit_mmap", "do_exit"], "samples": 1, "share": 0.5,
+             "est_ns": unmap_ns},
+            {"stack": ["free_pgtables", "exit_mmap", "do_exit"], "samples": 1, "share": 0.5,
+             "est_ns": 1_000.0},
         ]);
         doc["blocked_in"] = serde_json::json!([
-            {"stage": "exit_mm", "stack": ["schedule", "down_read", "do_exit"], "est_ns": lock_ns},
+            {"stage": "exit_mm", "stack": ["schedule", "down_read", "do_exit"], "blocks": 1,
+             "walked_ns": 1, "est_ns": lock_ns, "share": 1.0},
         ]);
         ("run.json".to_owned(), view(&doc))
     }

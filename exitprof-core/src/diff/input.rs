@@ -7,9 +7,15 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use exitprof_common::counters;
 use serde::Deserialize;
 
-use crate::{base::UsageError, report::run_document::RunDocument, run::record};
+use crate::{
+    analysis::{blocking::BlockedIn, histogram::Summary, teardown::TeardownReport},
+    base::UsageError,
+    report::run_document::{RunDocument, SCHEMA, StageDoc},
+    run::record,
+};
 
 /// One saved run: a `--json` run document or a record file, told apart by the record's magic.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,19 +44,13 @@ impl Input {
             return RunView::from_json(&text).map(|v| RunView { content, ..v }).map_err(bad);
         }
         let outcome = record::replay(path).map_err(|e| bad(e.to_string()))?;
-        let document = serde_json::to_vec(&RunDocument::new(&outcome))
-            .map_err(|e| bad(format!("its report cannot be written as JSON: {e}")))?;
-        let mut view = RunView::from_json(&document).map_err(bad)?;
+        let mut view = RunView::of(RunDocument::new(&outcome));
         view.content = content;
         // The document lists a stage's most sampled stacks only; a record has them all, which
         // the differential flame graph and the code named for a change weigh.
         for stage in &mut view.stages {
             if let Some(sampled) = outcome.on_cpu.stages.iter().find(|s| s.stage == stage.name) {
-                stage.on_cpu_in = sampled
-                    .stacks
-                    .iter()
-                    .map(|s| StackView { stack: s.stack.clone(), est_ns: s.est_ns })
-                    .collect();
+                stage.on_cpu_in.clone_from(&sampled.stacks);
             }
         }
         Ok(view)
@@ -70,9 +70,9 @@ pub struct RunView {
     #[serde(default)]
     pub workload: serde_json::Map<String, serde_json::Value>,
     /// The whole exit (named `exit`) first, then each stage in kernel order.
-    pub stages: Vec<StageView>,
+    pub stages: Vec<StageDoc>,
     #[serde(default)]
-    pub blocked_in: Vec<BlockedView>,
+    pub blocked_in: Vec<BlockedIn>,
     /// Exits lost, all causes together, and those lost to a full ring buffer.
     #[serde(default)]
     pub lost: u64,
@@ -117,55 +117,49 @@ pub struct TeardownView {
     /// Teardowns joined to their exits.
     pub joined: u64,
     /// Each one's share of its run, and the wait from its exit's end to its start.
-    pub teardown_ns: SummaryView,
-    pub exit_to_start_ns: SummaryView,
+    pub teardown_ns: Summary,
+    pub exit_to_start_ns: Summary,
     /// Of the joined teardowns' time: blocked, and on a CPU.
     pub blocked_share: f64,
     pub on_cpu_share: f64,
-}
-
-/// A latency summary's figure `diff` reads.
-#[derive(Clone, Debug, Deserialize)]
-pub struct SummaryView {
-    pub mean_ns: f64,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-pub struct StageView {
-    pub name: String,
-    pub count: u64,
-    pub mean_ns: f64,
-    pub p50_ns: f64,
-    pub p99_ns: f64,
-    pub total_ns: f64,
-    pub off_cpu_share: f64,
-    /// The kernel code the stage covers (empty for the whole exit, and for a stage between two
-    /// probe points with no known code between them).
-    #[serde(default)]
-    pub covers: Vec<String>,
-    #[serde(default)]
-    pub on_cpu_in: Vec<StackView>,
-}
-
-/// A sampled stack of a stage, with the on-CPU time it stands for.
-#[derive(Clone, Debug, Deserialize)]
-pub struct StackView {
-    pub stack: Vec<String>,
-    pub est_ns: f64,
-}
-
-/// A stack exits blocked in, with the time it stands for.
-#[derive(Clone, Debug, Deserialize)]
-pub struct BlockedView {
-    pub stage: String,
-    pub stack: Vec<String>,
-    pub est_ns: f64,
 }
 
 /// Keys only the documents of `compare` and `sweep` have.
 const COMPARISON_KEYS: [&str; 2] = ["on", "rows"];
 
 impl RunView {
+    /// The figures of a run's document, as its JSON would read back.
+    fn of(doc: RunDocument) -> Self {
+        let teardown = |t: &TeardownReport| TeardownView {
+            kind: t.kind.to_owned(),
+            function: t.function.to_owned(),
+            joined: t.joined,
+            teardown_ns: t.teardown_ns.clone(),
+            exit_to_start_ns: t.exit_to_start_ns.clone(),
+            blocked_share: t.blocked_share,
+            on_cpu_share: t.on_cpu_share,
+        };
+        let workload = match serde_json::to_value(&doc.workload) {
+            Ok(serde_json::Value::Object(workload)) => workload,
+            _ => serde_json::Map::new(),
+        };
+        Self {
+            kernel: doc.kernel,
+            attach: doc.attach.to_string(),
+            partial: doc.partial,
+            workload,
+            stages: doc.stages,
+            blocked_in: doc.blocked_in,
+            lost: doc.lost,
+            losses: LossesView { ringbuf_full: doc.losses.get(counters::RINGBUF_FULL) },
+            content: 0,
+            teardowns: Some(TeardownsView {
+                net: teardown(&doc.teardowns.net),
+                user: teardown(&doc.teardowns.user),
+            }),
+        }
+    }
+
     /// Parses and checks a run document; says what is wrong with anything else.
     pub fn from_json(text: &[u8]) -> Result<Self, String> {
         let value: serde_json::Value = serde_json::from_slice(text).map_err(|e| {
@@ -176,6 +170,19 @@ impl RunView {
             }
         })?;
         let not_a_run = "is not an exitprof run document (what `exitprof --json` prints)";
+        // Documents before the version key are version 0; a newer one may mean anything.
+        let schema = value.get("schema").map_or(Some(0), serde_json::Value::as_u64);
+        match schema {
+            None => return Err(format!("{not_a_run}: its `schema` is not a version number")),
+            Some(version) if version > u64::from(SCHEMA) => {
+                return Err(format!(
+                    "it is a run document of schema version {version}, written by a newer \
+                     exitprof; this one reads versions up to {SCHEMA}: read it with that \
+                     exitprof or a newer one"
+                ));
+            }
+            Some(_) => {}
+        }
         if COMPARISON_KEYS.iter().any(|k| value.get(k).is_some()) {
             return Err(format!(
                 "{not_a_run}: it is a compare or sweep document; diff compares the documents of \
@@ -184,7 +191,7 @@ impl RunView {
         }
         let view: Self = serde_json::from_value(value).map_err(|e| format!("{not_a_run}: {e}"))?;
         match view.stages.first() {
-            Some(exit) if exit.name == "exit" && exit.count > 0 => Ok(view),
+            Some(exit) if exit.name == "exit" && exit.latency.count > 0 => Ok(view),
             Some(exit) if exit.name == "exit" => Err("it records no exit".to_owned()),
             _ => Err(format!("{not_a_run}: its first stage is not the whole exit, `exit`")),
         }
@@ -192,11 +199,11 @@ impl RunView {
 
     /// Exits recorded: those of the whole exit's row.
     pub fn exits(&self) -> u64 {
-        self.stages[0].count
+        self.stages[0].latency.count
     }
 
     /// The stages, the whole exit left out.
-    pub fn parts(&self) -> &[StageView] {
+    pub fn parts(&self) -> &[StageDoc] {
         &self.stages[1..]
     }
 
@@ -231,14 +238,21 @@ pub(crate) mod tests {
     /// exit), all on-CPU, every exit through every stage.
     pub(crate) fn document(exits: u64, stages: &[(&str, &[&str], f64)]) -> serde_json::Value {
         let stage = |name: &str, covers: &[&str], per_exit: f64| {
+            let ns = per_exit.round() as u64;
             serde_json::json!({
                 "name": name,
                 "count": exits,
                 "mean_ns": per_exit,
-                "p50_ns": per_exit,
-                "p99_ns": per_exit * 2.0,
-                "total_ns": per_exit * exits as f64,
+                "min_ns": ns,
+                "p50_ns": ns,
+                "p90_ns": ns,
+                "p99_ns": ns * 2,
+                "p999_ns": ns * 2,
+                "max_ns": ns * 2,
+                "total_ns": (per_exit * exits as f64).round() as u64,
+                "share_of_exit": 0.0,
                 "off_cpu_share": 0.0,
+                "runq_share": 0.0,
                 "covers": covers,
                 "buckets": [],
             })
@@ -247,6 +261,7 @@ pub(crate) mod tests {
         let mut rows = vec![stage("exit", &[], whole)];
         rows.extend(stages.iter().map(|&(name, covers, ns)| stage(name, covers, ns)));
         serde_json::json!({
+            "schema": SCHEMA,
             "partial": false,
             "kernel": "6.18.0-test",
             "attach": "auto",
@@ -255,6 +270,16 @@ pub(crate) mod tests {
             "stages": rows,
             "blocked_in": [],
             "verdict": "made by hand",
+        })
+    }
+
+    /// A latency summary whose mean is `mean_ns`, as documents write it.
+    pub(crate) fn summary(mean_ns: f64) -> serde_json::Value {
+        let ns = mean_ns.round() as u64;
+        serde_json::json!({
+            "count": 1, "mean_ns": mean_ns, "min_ns": ns, "p50_ns": ns, "p90_ns": ns,
+            "p99_ns": ns, "p999_ns": ns, "max_ns": ns, "total_ns": ns, "off_cpu_ns": 0,
+            "runq_ns": 0,
         })
     }
 
@@ -269,6 +294,41 @@ pub(crate) mod tests {
         assert_eq!(v.exits(), 10);
         assert_eq!(v.parts()[0].covers, ["do_exit", "exit_signals"]);
         assert_eq!(v.describe_workload(), "threads (threads=200 reps=3)");
+    }
+
+    /// A run's document read back from its JSON holds the stages it was written with, and the
+    /// same figures as the document built straight from the run (how a record is read).
+    #[test]
+    fn a_run_document_reads_back_as_written() {
+        let doc = RunDocument::new(&crate::export::from_run::tests::synthetic_run());
+        let stages = doc.stages.clone();
+        let json = serde_json::to_vec(&doc).unwrap();
+        let read = RunView::from_json(&json).unwrap();
+        assert_eq!(read.stages, stages);
+        let built = RunView::of(doc);
+        assert_eq!(built.stages, read.stages);
+        assert_eq!(built.blocked_in, read.blocked_in);
+        assert_eq!(
+            (&built.kernel, &built.attach, &built.workload, built.lost, built.partial),
+            (&read.kernel, &read.attach, &read.workload, read.lost, read.partial)
+        );
+        assert_eq!(built.describe_workload(), read.describe_workload());
+    }
+
+    /// Documents of the releases before the `schema` key, their stages without the off-CPU and
+    /// runnable ns, read as they did.
+    #[test]
+    fn a_document_without_the_schema_key_is_read() {
+        let mut doc = document(10, &[("exit_mm", &["exit_mm"], 50.0)]);
+        let old = doc.as_object_mut().unwrap();
+        old.remove("schema");
+        for stage in old["stages"].as_array_mut().unwrap() {
+            let stage = stage.as_object_mut().unwrap();
+            stage.remove("off_cpu_ns");
+            stage.remove("runq_ns");
+        }
+        let v = view(&doc);
+        assert_eq!((v.exits(), v.parts()[0].latency.total_ns), (10, 500));
     }
 
     #[test]
@@ -286,6 +346,10 @@ pub(crate) mod tests {
         );
         let compare = RunView::from_json(br#"{"on": {}, "off": {}, "table": []}"#).unwrap_err();
         assert!(compare.contains("compare"), "{compare}");
+        let mut newer = document(10, &[("exit_mm", &["exit_mm"], 5.0)]);
+        newer["schema"] = (SCHEMA + 1).into();
+        let newer = RunView::from_json(newer.to_string().as_bytes()).unwrap_err();
+        assert!(newer.contains("newer exitprof"), "{newer}");
         let mut empty = document(0, &[]);
         assert!(RunView::from_json(empty.to_string().as_bytes()).unwrap_err().contains("no exit"));
         empty["stages"] = serde_json::json!([]);

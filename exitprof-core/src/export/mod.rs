@@ -16,7 +16,7 @@
 mod csv;
 pub(crate) mod folded;
 mod from_compare;
-mod from_run;
+pub(crate) mod from_run;
 mod hlog;
 pub mod html;
 mod json;

@@ -1,14 +1,14 @@
 //! The machine-readable result of a run (`--json`).
 
 use exitprof_common::counters;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{
     analysis::{
         blocking::BlockedIn,
         deferred::DeferredReport,
         exit_stacks::JoinCounts,
-        histogram::{Bucket, Latency},
+        histogram::{Bucket, Latency, Summary},
         on_cpu::{HotPath, OnCpuIn, OnCpuReport},
         probe_effect::ProbeEffect,
         profile::{Profile, StageRow},
@@ -30,6 +30,10 @@ use crate::{
 
 /// How far the achieved rate may be from a --rate target and still count as reached.
 pub const RATE_TOLERANCE: f64 = 0.05;
+/// The version of the run document's schema this exitprof writes, its `schema` key. A reader
+/// reads the versions up to its own and refuses newer ones; documents of the releases before
+/// the key (version 0) read as version 1 less the keys it added.
+pub const SCHEMA: u32 = 1;
 /// Sampled stacks reported per stage.
 pub const ON_CPU_IN_SHOWN: usize = 5;
 
@@ -37,6 +41,8 @@ pub const ON_CPU_IN_SHOWN: usize = 5;
 /// not exist for the target (e.g. user and sys time of processes exitprof did not start).
 #[derive(Debug, Serialize)]
 pub struct RunDocument {
+    /// The version of this schema: [`SCHEMA`].
+    pub schema: u32,
     /// The run was cut short (Ctrl-C, SIGTERM): the figures cover what ran until then.
     pub partial: bool,
     pub kernel: String,
@@ -164,57 +170,50 @@ pub struct RateDoc {
     pub staggers_ns: Vec<u64>,
 }
 
-#[derive(Debug, Serialize)]
+/// One stage's row (or the whole exit's): its latencies' figures, embedded as the keys of the
+/// row, and what it spent where.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StageDoc {
     pub name: String,
-    pub count: u64,
-    pub mean_ns: f64,
-    pub min_ns: u64,
-    pub p50_ns: u64,
-    pub p90_ns: u64,
-    pub p99_ns: u64,
-    pub p999_ns: u64,
-    pub max_ns: u64,
-    pub total_ns: u128,
+    #[serde(flatten)]
+    pub latency: Summary,
     pub share_of_exit: f64,
     pub off_cpu_share: f64,
     /// The part of the off-CPU time spent runnable (preempted, waiting for a CPU) rather than
     /// blocked.
     pub runq_share: f64,
     /// What the kernel does in this stage.
+    #[serde(default)]
     pub covers: Vec<String>,
     /// Samples of the sampling clock that caught an exit on a CPU in this stage (0 for the whole
     /// exit's row: its samples are its stages').
+    #[serde(default)]
     pub on_cpu_samples: u64,
     /// The deepest chain of calls most of those samples go through.
+    #[serde(default)]
     pub on_cpu_mostly_in: Option<HotPath>,
     /// The stacks sampled most, with their share of the stage's samples and the on-CPU time
     /// that share stands for.
+    #[serde(default)]
     pub on_cpu_in: Vec<OnCpuIn>,
     /// With --bpf-stats: the mean time per exit through the stage that exitprof's own programs
     /// ran in it (ns), included in the figures above; `null` without the flag.
+    #[serde(default)]
     pub probe_effect_ns: Option<f64>,
     /// The histogram: every non-empty bucket, lowest first.
+    #[serde(default)]
     pub buckets: Vec<Bucket>,
 }
 
 impl StageDoc {
     fn new(name: String, latency: &Latency, share_of_exit: f64, covers: Vec<String>) -> Self {
-        let s = latency.summary();
+        let summary = latency.summary();
         Self {
             name,
-            count: s.count,
-            mean_ns: s.mean_ns,
-            min_ns: s.min_ns,
-            p50_ns: s.p50_ns,
-            p90_ns: s.p90_ns,
-            p99_ns: s.p99_ns,
-            p999_ns: s.p999_ns,
-            max_ns: s.max_ns,
-            total_ns: s.total_ns,
             share_of_exit,
-            off_cpu_share: s.off_cpu_share(),
-            runq_share: s.runq_share(),
+            off_cpu_share: summary.off_cpu_share(),
+            runq_share: summary.runq_share(),
+            latency: summary,
             covers,
             on_cpu_samples: 0,
             on_cpu_mostly_in: None,
@@ -365,6 +364,7 @@ impl RunDocument {
             _ => None,
         };
         Self {
+            schema: SCHEMA,
             partial: run.interrupted.is_some(),
             kernel: run.plan.kernel.clone(),
             attach: run.plan.mode,

@@ -572,15 +572,16 @@ pub fn stage_table(stages: &[StageDoc]) -> TextTable {
     let mut table = TextTable::new(header).figures_right();
     for (i, s) in stages.iter().enumerate() {
         let name = if i == 0 { s.name.clone() } else { format!("  {}", s.name) };
+        let l = &s.latency;
         let mut row = vec![
             name,
-            s.count.to_string(),
-            fmt_ns(s.mean_ns),
-            fmt_ns(s.p50_ns as f64),
-            fmt_ns(s.p90_ns as f64),
-            fmt_ns(s.p99_ns as f64),
-            fmt_ns(s.p999_ns as f64),
-            fmt_ns(s.max_ns as f64),
+            l.count.to_string(),
+            fmt_ns(l.mean_ns),
+            fmt_ns(l.p50_ns as f64),
+            fmt_ns(l.p90_ns as f64),
+            fmt_ns(l.p99_ns as f64),
+            fmt_ns(l.p999_ns as f64),
+            fmt_ns(l.max_ns as f64),
             format!("{:.1}%", s.share_of_exit * 100.0),
             format!("{:.1}%", s.off_cpu_share * 100.0),
             // Of the off-CPU time, the part spent runnable: preempted, waiting for a CPU.
