@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use exitprof_common::deferred::{DeferredKind, DeferredRecord, is_free_sampled};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::analysis::{
     histogram::{Latency, Summary},
@@ -314,14 +314,14 @@ impl DeferredWork {
 }
 
 /// Deferred work, summarised.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DeferredReport {
     pub ipc: IpcReport,
     pub reap: ReapReport,
     pub task_free: TaskFreeReport,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct IpcReport {
     /// `free_ipc` runs seen.
     pub runs: u64,
@@ -341,7 +341,7 @@ pub struct IpcReport {
     pub exit_to_free_ns: Summary,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ReapReport {
     /// The parent's `release_task` of each zombie (kprobe/fentry modes).
     pub release_task_ns: Summary,
@@ -351,7 +351,7 @@ pub struct ReapReport {
     pub reaped_before_exit_end: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TaskFreeReport {
     /// From the end of an exit to `sched_process_free` (the RCU callback freeing the task).
     pub exit_to_free_ns: Summary,

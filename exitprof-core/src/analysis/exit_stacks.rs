@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::analysis::{
     records::{Exit, ExitKey, KernelStack, StackKind},
@@ -30,7 +30,7 @@ const SWEEP_EVERY_NS: u64 = 1_000_000_000;
 const RECENT_EXITS: usize = 16_384;
 
 /// What became of the stacks of one kind.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JoinCounts {
     /// Counted under a stage of their exit.
     pub joined: u64,

@@ -145,7 +145,7 @@ pub fn percentile_distribution(
 
 /// What a histogram says, in numbers. Percentiles are HdrHistogram's (within 0.1%); mean and
 /// totals are exact. A stage's row of the run document embeds it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     pub count: u64,
     pub mean_ns: f64,

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use exitprof_common::point::Point;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{
     analysis::{
@@ -98,7 +98,7 @@ impl ProbeRuns {
             .map(|(&program, &runs)| {
                 let ns_per_run = per_run.get(program).copied().unwrap_or(0.0);
                 ProgramEffect {
-                    program,
+                    program: program.to_owned(),
                     runs_in_exits: runs,
                     ns_per_run,
                     ns_per_exit: runs as f64 * ns_per_run / exits,
@@ -119,13 +119,13 @@ impl ProbeRuns {
             share_of_exit: if exit_mean_ns > 0.0 { ns_per_exit / exit_mean_ns } else { 0.0 },
             programs,
             stages,
-            counted: COUNTED,
+            counted: COUNTED.to_owned(),
         }
     }
 }
 
 /// How much of the exits is exitprof's own in-kernel time.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProbeEffect {
     /// Mean per exit of the time exitprof's programs ran inside it (ns).
     pub ns_per_exit: f64,
@@ -144,7 +144,7 @@ pub struct ProbeEffect {
     /// it.
     pub stages: Vec<StageEffect>,
     /// What is counted and what is not.
-    pub counted: &'static str,
+    pub counted: String,
 }
 
 impl ProbeEffect {
@@ -154,9 +154,9 @@ impl ProbeEffect {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProgramEffect {
-    pub program: &'static str,
+    pub program: String,
     /// Its runs inside the exits recorded.
     pub runs_in_exits: u64,
     /// Its mean run time over the run (ns).
@@ -165,7 +165,7 @@ pub struct ProgramEffect {
     pub ns_per_exit: f64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct StageEffect {
     pub stage: String,
     pub ns_per_exit: f64,

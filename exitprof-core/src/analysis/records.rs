@@ -12,7 +12,7 @@ use exitprof_common::{
         STACK_TEARDOWN_ON_CPU, StackRecord,
     },
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One probe hit of a decoded exit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,6 +91,14 @@ impl Serialize for TaskName {
     }
 }
 
+impl<'de> Deserialize<'de> for TaskName {
+    /// A name as a document wrote it (bytes a name held that were not UTF-8 were written as
+    /// U+FFFD, and read so).
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(|name| Self::of(&name))
+    }
+}
+
 impl std::fmt::Display for TaskName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&String::from_utf8_lossy(self.bytes()))
@@ -133,7 +141,7 @@ pub fn cgroup_of(record: &[u8]) -> Option<u64> {
 
 /// What an exit ended: a thread of a process that lives on, or the process (its last thread, or
 /// its only one); unknown where the kernel's `group_dead` was not seen and nothing else told.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ExitKind {
     Thread,

@@ -30,7 +30,7 @@ use exitprof_common::{
     counters,
     deferred::{DEFERRED_NET_NS_RELEASED, DEFERRED_WALK_TRUNCATED, DeferredKind, DeferredRecord},
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{
     analysis::{
@@ -741,11 +741,11 @@ impl Teardowns {
         };
         let blocked = teardown.off_cpu_ns.saturating_sub(teardown.runq_ns);
         TeardownReport {
-            kind: kind.what(),
+            kind: kind.what().to_owned(),
             kind_key: kind.proc_name(),
             teardown_latency,
             wait_latency: waits,
-            function: kind.function(),
+            function: kind.function().to_owned(),
             seen: self.sees(kind),
             runs: counts.runs,
             namespaces: counts.namespaces,
@@ -914,7 +914,7 @@ pub struct TeardownCounts {
 }
 
 /// Both kinds' reports.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct TeardownReports {
     pub net: TeardownReport,
     pub user: TeardownReport,
@@ -927,15 +927,15 @@ impl TeardownReports {
 }
 
 /// One kind of namespace teardown over a run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct TeardownReport {
     /// `network namespace`, `user namespace`.
-    pub kind: &'static str,
+    pub kind: String,
     /// `net`, `user`: how `/proc/PID/ns` names it.
     #[serde(skip)]
     pub kind_key: &'static str,
     /// The work function its runs are.
-    pub function: &'static str,
+    pub function: String,
     /// Whether its runs were seen at all (their probes attached).
     pub seen: bool,
     /// Runs seen, the namespaces they tore down, per run.
@@ -993,7 +993,7 @@ impl TeardownReport {
 }
 
 /// A stack a teardown's kworker blocked in.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TeardownBlock {
     /// What it waited for (see [`wait_site`]).
     pub wait: String,
@@ -1006,7 +1006,7 @@ pub struct TeardownBlock {
 }
 
 /// A stack the sampling clock caught a teardown's kworker in.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TeardownSample {
     pub stack: Vec<String>,
     /// Samples, each run's counted in the proportion of its namespaces joined.
@@ -1017,7 +1017,7 @@ pub struct TeardownSample {
 }
 
 /// A namespace torn down, named, with the exit that set its teardown off.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct NamedTeardown {
     /// `net:[4026532008]`.
     pub namespace: String,

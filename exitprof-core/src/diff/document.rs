@@ -3,10 +3,10 @@
 
 use std::collections::HashMap;
 
+use exitprof_common::counters;
 use serde::Serialize;
 
 use super::{
-    input::{RunView, TeardownView},
     matching::{Group, match_stages},
     noise::{
         CONFIDENCE, Change, FEW_RUNS_FACTOR, FEW_RUNS_FLOOR, Figure, RUNS_FOR_AN_INTERVAL,
@@ -15,7 +15,8 @@ use super::{
 };
 use crate::{
     analysis::on_cpu::{EXIT_FRAME, heaviest_chain},
-    report::run_document::StageDoc,
+    analysis::teardown::TeardownReport,
+    report::run_document::{RunDocument, StageDoc},
 };
 
 /// Stacks listed per kind, those whose time per exit changed most.
@@ -170,9 +171,9 @@ struct RunFigures {
 impl DiffDocument {
     /// Sides `a` and `b` compared, the verdict left empty: [`DiffDocument::judged`] (in
     /// `verdict.rs`, which reads the document) writes it.
-    pub fn new(a: &[(String, RunView)], b: &[(String, RunView)]) -> Self {
-        let views = |side: &[(String, RunView)]| side.iter().map(|(_, v)| v.clone()).collect();
-        let (a_runs, b_runs): (Vec<RunView>, Vec<RunView>) = (views(a), views(b));
+    pub fn new(a: &[(String, RunDocument)], b: &[(String, RunDocument)]) -> Self {
+        let views = |side: &[(String, RunDocument)]| side.iter().map(|(_, v)| v.clone()).collect();
+        let (a_runs, b_runs): (Vec<RunDocument>, Vec<RunDocument>) = (views(a), views(b));
         let groups = match_stages(&a_runs, &b_runs);
         let exit = Group {
             name: "exit".to_owned(),
@@ -248,8 +249,8 @@ impl DiffDocument {
 }
 
 impl SideDoc {
-    fn new(runs: &[(String, RunView)]) -> Self {
-        let distinct = |f: &dyn Fn(&RunView) -> String| {
+    fn new(runs: &[(String, RunDocument)]) -> Self {
+        let distinct = |f: &dyn Fn(&RunDocument) -> String| {
             let mut values: Vec<String> = Vec::new();
             for (_, run) in runs {
                 let v = f(run);
@@ -262,11 +263,14 @@ impl SideDoc {
         Self {
             files: runs.iter().map(|(file, _)| file.clone()).collect(),
             kernels: distinct(&|r| r.kernel.clone()),
-            attach: distinct(&|r| r.attach.clone()),
-            workloads: distinct(&RunView::describe_workload),
+            attach: distinct(&|r| r.attach.to_string()),
+            workloads: distinct(&|r| r.workload.describe()),
             exits: runs.iter().map(|(_, r)| r.exits()).collect(),
             lost: runs.iter().map(|(_, r)| r.lost).collect(),
-            lost_ringbuf_full: runs.iter().map(|(_, r)| r.losses.ringbuf_full).collect(),
+            lost_ringbuf_full: runs
+                .iter()
+                .map(|(_, r)| r.losses.get(counters::RINGBUF_FULL))
+                .collect(),
             loss_rate: {
                 let lost: u64 = runs.iter().map(|(_, r)| r.lost).sum();
                 let recorded: u64 = runs.iter().map(|(_, r)| r.exits()).sum();
@@ -391,9 +395,15 @@ impl Side {
 
 /// A row's figures on both sides, and their changes; `whole` is the whole exit's row (`None`
 /// for that row itself), the scale of what fewer runs can tell.
-fn row(group: Group, a: &[RunView], b: &[RunView], level: f64, whole: Option<&RowDoc>) -> RowDoc {
+fn row(
+    group: Group,
+    a: &[RunDocument],
+    b: &[RunDocument],
+    level: f64,
+    whole: Option<&RowDoc>,
+) -> RowDoc {
     let one_stage = group.is_one_stage();
-    let figures = |runs: &[RunView], stages: &[String]| -> Vec<RunFigures> {
+    let figures = |runs: &[RunDocument], stages: &[String]| -> Vec<RunFigures> {
         runs.iter().map(|run| run_figures(run, stages, one_stage)).collect()
     };
     let (fa, fb) = (figures(a, &group.a_stages), figures(b, &group.b_stages));
@@ -435,7 +445,7 @@ fn row(group: Group, a: &[RunView], b: &[RunView], level: f64, whole: Option<&Ro
     }
 }
 
-fn run_figures(run: &RunView, stages: &[String], one_stage: bool) -> RunFigures {
+fn run_figures(run: &RunDocument, stages: &[String], one_stage: bool) -> RunFigures {
     let found: Vec<&StageDoc> =
         stages.iter().filter_map(|name| run.stages.iter().find(|s| s.name == *name)).collect();
     let exits = run.exits() as f64;
@@ -453,26 +463,24 @@ fn run_figures(run: &RunView, stages: &[String], one_stage: bool) -> RunFigures 
 
 /// Each kind of teardown some run joined, its figures on both sides (a side's run with none of
 /// it counts for nothing in a mean).
-fn teardown_changes(a: &[RunView], b: &[RunView], level: f64) -> Vec<TeardownChange> {
+fn teardown_changes(a: &[RunDocument], b: &[RunDocument], level: f64) -> Vec<TeardownChange> {
     let kinds = [("net", 0), ("user", 1)];
     kinds
         .into_iter()
         .filter_map(|(kind, index)| {
-            let of = |runs: &[RunView]| -> Vec<TeardownView> {
-                runs.iter()
-                    .filter_map(|r| Some(r.teardowns.as_ref()?.each()[index].1.clone()))
-                    .collect()
+            let of = |runs: &[RunDocument]| -> Vec<TeardownReport> {
+                runs.iter().map(|r| r.teardowns.each()[index].clone()).collect()
             };
             let (ta, tb) = (of(a), of(b));
-            let joined = |t: &[TeardownView]| t.iter().map(|v| v.joined).collect::<Vec<_>>();
+            let joined = |t: &[TeardownReport]| t.iter().map(|v| v.joined).collect::<Vec<_>>();
             if ta.iter().chain(&tb).all(|v| v.joined == 0) {
                 return None;
             }
             let first = ta.iter().chain(&tb).find(|v| v.joined > 0)?;
-            let values = |t: &[TeardownView], f: fn(&TeardownView) -> f64| -> Vec<f64> {
+            let values = |t: &[TeardownReport], f: fn(&TeardownReport) -> f64| -> Vec<f64> {
                 t.iter().filter(|v| v.joined > 0).map(f).collect()
             };
-            let change = |f: fn(&TeardownView) -> f64| {
+            let change = |f: fn(&TeardownReport) -> f64| {
                 Change::of(&values(&ta, f), &values(&tb, f), level, Figure::Volatile, 0.0)
             };
             Some(TeardownChange {
@@ -494,10 +502,10 @@ type Stacks<'a> = Vec<(&'a str, &'a Vec<String>, f64)>;
 
 /// Every stack's mean time per exit on both sides, by row, largest change first.
 fn stack_changes(
-    a: &[RunView],
-    b: &[RunView],
+    a: &[RunDocument],
+    b: &[RunDocument],
     row_of: &dyn Fn(Side, &str) -> Option<String>,
-    stacks: impl for<'a> Fn(&'a RunView) -> Stacks<'a>,
+    stacks: impl for<'a> Fn(&'a RunDocument) -> Stacks<'a>,
 ) -> Vec<StackChange> {
     let mut by_stack: HashMap<(String, Vec<String>), (f64, f64)> = HashMap::new();
     for (side, runs) in [(Side::A, a), (Side::B, b)] {
@@ -536,13 +544,13 @@ fn stack_changes(
 mod tests {
     use super::*;
     use crate::diff::{
-        input::tests::{document, summary, view},
+        input::tests::{document, view},
         noise::welch,
     };
 
     type Stages<'a> = &'a [(&'a str, &'a [&'a str], f64)];
 
-    fn runs(stages_of_run: &[Stages<'_>]) -> Vec<(String, RunView)> {
+    fn runs(stages_of_run: &[Stages<'_>]) -> Vec<(String, RunDocument)> {
         stages_of_run
             .iter()
             .enumerate()
@@ -723,7 +731,7 @@ mod tests {
 
     /// A run of the tracepoint cut whose teardown stage computes in `unmap_page_range` (90%
     /// of its samples) and `free_pgtables`.
-    fn teardown(mm: f64, lost: u64, ringbuf_full: u64) -> (String, RunView) {
+    fn teardown(mm: f64, lost: u64, ringbuf_full: u64) -> (String, RunDocument) {
         let mut doc = document(100, &tracepoint_cut(mm));
         let stack = |frames: &[&str], share: f64| serde_json::json!({"stack": frames, "samples": 1, "share": share, "est_ns": mm * 100.0 * share});
         doc["stages"][2]["on_cpu_in"] = serde_json::json!([
@@ -796,17 +804,16 @@ mod tests {
         let with_teardowns = |kernel: &str, teardown_ns: f64| {
             let mut doc = document(100, &tracepoint_cut(1_000.0));
             doc["kernel"] = kernel.into();
-            let kind = |what: &str, function: &str, joined: u64| {
-                serde_json::json!({
-                    "kind": what, "function": function, "joined": joined,
-                    "teardown_ns": summary(teardown_ns), "exit_to_start_ns": summary(2e6),
-                    "blocked_share": 0.7, "on_cpu_share": 0.3,
-                })
+            let mut kind = |key: &str, what: &str, function: &str, joined: u64| {
+                let t = &mut doc["teardowns"][key];
+                (t["kind"], t["function"], t["joined"]) =
+                    (what.into(), function.into(), joined.into());
+                (t["teardown_ns"]["mean_ns"], t["exit_to_start_ns"]["mean_ns"]) =
+                    (teardown_ns.into(), 2e6.into());
+                (t["blocked_share"], t["on_cpu_share"]) = (0.7.into(), 0.3.into());
             };
-            doc["teardowns"] = serde_json::json!({
-                "net": kind("network namespace", "cleanup_net", 10),
-                "user": kind("user namespace", "free_user_ns", 0),
-            });
+            kind("net", "network namespace", "cleanup_net", 10);
+            kind("user", "user namespace", "free_user_ns", 0);
             ("run.json".to_owned(), view(&doc))
         };
         let doc =

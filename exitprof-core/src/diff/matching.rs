@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-use super::input::RunView;
+use crate::report::run_document::RunDocument;
 
 /// Stages of both sides that cover the same kernel code: one row of the diff.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -65,7 +65,7 @@ impl Stage {
 }
 
 /// The groups of the two sides' stages (the whole exit left out), in kernel order.
-pub fn match_stages(a: &[RunView], b: &[RunView]) -> Vec<Group> {
+pub fn match_stages(a: &[RunDocument], b: &[RunDocument]) -> Vec<Group> {
     let (a, b) = (side_stages(a), side_stages(b));
     // Nodes: A's stages, then B's; linked when they belong in one group.
     let mut sets = DisjointSets::new(a.len() + b.len());
@@ -158,7 +158,7 @@ fn group(a: &[&Stage], b: &[&Stage], all_a: &[Stage], all_b: &[Stage]) -> Group 
 
 /// Every stage of a side's runs, each once, in kernel order: a stage that only some runs have
 /// goes after the stage before it in the first run that has it.
-fn side_stages(docs: &[RunView]) -> Vec<Stage> {
+fn side_stages(docs: &[RunDocument]) -> Vec<Stage> {
     let mut stages: Vec<Stage> = Vec::new();
     for doc in docs {
         let mut at = 0;
@@ -211,7 +211,7 @@ mod tests {
     use super::*;
     use crate::diff::input::tests::{document, view};
 
-    fn side(stages: &[(&str, &[&str], f64)]) -> Vec<RunView> {
+    fn side(stages: &[(&str, &[&str], f64)]) -> Vec<RunDocument> {
         vec![view(&document(10, stages))]
     }
 

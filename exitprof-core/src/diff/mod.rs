@@ -17,12 +17,12 @@ mod text;
 mod verdict;
 
 pub use input::Input;
-use input::RunView;
 
 use crate::{
     base::UsageError,
     diff::document::DiffDocument,
     export::{self, ExportTarget, Format},
+    report::run_document::RunDocument,
 };
 
 /// What one diff is asked to do, read from the command line.
@@ -56,7 +56,10 @@ pub fn diff(request: &DiffRequest) -> anyhow::Result<DiffReport> {
     };
     let (a, b) = (read(&request.a)?, read(&request.b)?);
     refuse_copies(&a, &b)?;
-    let doc = DiffDocument::judged(&a, &b);
+    let runs = |side: Vec<Read>| -> Vec<_> {
+        side.into_iter().map(|(file, (run, _))| (file, run)).collect()
+    };
+    let doc = DiffDocument::judged(&runs(a), &runs(b));
     let document = format!("{}\n", serde_json::to_string_pretty(&doc)?);
     let exports = request
         .exports
@@ -80,13 +83,16 @@ pub fn diff(request: &DiffRequest) -> anyhow::Result<DiffReport> {
     Ok(DiffReport { text, exports })
 }
 
+/// A saved run as read: its file's name, its document and the hash of its bytes.
+type Read = (String, (RunDocument, u64));
+
 /// Refuses a run given twice (on one side or both, under any name): copies of one run agree
 /// exactly, which runs never do, and would pass for runs that show no noise at all.
-fn refuse_copies(a: &[(String, RunView)], b: &[(String, RunView)]) -> Result<(), UsageError> {
+fn refuse_copies(a: &[Read], b: &[Read]) -> Result<(), UsageError> {
     let all: Vec<(&str, &String, u64)> = a
         .iter()
-        .map(|(file, run)| ("A", file, run.content))
-        .chain(b.iter().map(|(file, run)| ("B", file, run.content)))
+        .map(|(file, (_, content))| ("A", file, *content))
+        .chain(b.iter().map(|(file, (_, content))| ("B", file, *content)))
         .collect();
     for (i, (side, file, content)) in all.iter().enumerate() {
         if let Some((other_side, other, _)) = all[..i].iter().find(|(_, _, c)| c == content) {

@@ -2,12 +2,12 @@
 //! run-to-run noise, and where the change is.
 
 use super::{
-    RunView,
     document::{DiffDocument, MovedCode, NoiseDoc, ROWS_NAMED, RowDoc, named_rows},
     noise::Change,
 };
 use crate::{
     analysis::on_cpu::describe_chain,
+    report::run_document::RunDocument,
     report::{fmt_ns, signed},
 };
 
@@ -20,7 +20,7 @@ const WORTH_NAMING: f64 = 0.25;
 
 impl DiffDocument {
     /// Sides `a` and `b` compared, with the verdict.
-    pub fn judged(a: &[(String, RunView)], b: &[(String, RunView)]) -> Self {
+    pub fn judged(a: &[(String, RunDocument)], b: &[(String, RunDocument)]) -> Self {
         let mut doc = Self::new(a, b);
         doc.verdict = verdict(&doc);
         doc

@@ -62,7 +62,7 @@ impl ExportSet {
             compared: None,
             kernel: doc.kernel.clone(),
             attach: doc.attach,
-            probes: doc.probes.clone(),
+            probes: run.plan.points.clone(),
             workload: workload_label(&doc.workload),
             started_at: run.started_at,
             partial: doc.partial,

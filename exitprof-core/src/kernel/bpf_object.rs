@@ -2,26 +2,26 @@
 //! compat one, which does without it, each fallback at a cost the plan names. Which one a kernel
 //! loads is the engine's to find out, by probing what the kernel has.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The object a run loads, and how each part of its work is done.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BpfObject {
     /// `default` or `compat`.
-    pub name: &'static str,
+    pub name: String,
     /// Why the compat object: what the kernel lacks of the default one's needs (or that it was
     /// forced); empty for the default object.
     pub missing: Vec<String>,
     /// Where the marks of followed processes are kept.
-    pub follow: &'static str,
+    pub follow: String,
     /// How the ancestry of an exiting task is walked for a mark.
-    pub walk: &'static str,
+    pub walk: String,
     /// How an exit claims its slot.
-    pub slot_claim: &'static str,
+    pub slot_claim: String,
     /// How task fields are read.
-    pub task_fields: &'static str,
+    pub task_fields: String,
     /// Where `sched_switch` finds the state of the task it switches out.
-    pub switch_state: &'static str,
+    pub switch_state: String,
 }
 
 impl BpfObject {
@@ -34,25 +34,25 @@ impl BpfObject {
     /// The default object, which needs nothing the kernel may lack.
     pub fn default_object() -> Self {
         Self {
-            name: "default",
+            name: "default".to_owned(),
             missing: Vec::new(),
-            follow: "task_storage",
-            walk: "bpf_loop, 64 generations",
-            slot_claim: "cmpxchg",
-            task_fields: "btf",
-            switch_state: "prev_state",
+            follow: "task_storage".to_owned(),
+            walk: "bpf_loop, 64 generations".to_owned(),
+            slot_claim: "cmpxchg".to_owned(),
+            task_fields: "btf".to_owned(),
+            switch_state: "prev_state".to_owned(),
         }
     }
 
     pub fn compat(missing: Vec<String>) -> Self {
         Self {
-            name: "compat",
+            name: "compat".to_owned(),
             missing,
-            follow: "pid_hash",
-            walk: "bounded loop, 24 generations",
-            slot_claim: "hash_insert",
-            task_fields: "probe_read",
-            switch_state: "task_state",
+            follow: "pid_hash".to_owned(),
+            walk: "bounded loop, 24 generations".to_owned(),
+            slot_claim: "hash_insert".to_owned(),
+            task_fields: "probe_read".to_owned(),
+            switch_state: "task_state".to_owned(),
         }
     }
 

@@ -114,28 +114,29 @@ impl Planned {
 
 /// A planned point as the documents show it, with the programs that implement it: the names
 /// `--bpf-stats` counts runs under.
-#[derive(Serialize)]
-struct PlannedJson {
-    point: &'static str,
-    how: How,
-    target: String,
-    programs: Vec<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    note: Option<String>,
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlannedJson {
+    pub point: String,
+    pub how: How,
+    pub target: String,
+    pub programs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl From<Planned> for PlannedJson {
     fn from(planned: Planned) -> Self {
-        let programs = planned.programs().into_iter().map(|(program, _)| program).collect();
+        let programs =
+            planned.programs().into_iter().map(|(program, _)| program.to_owned()).collect();
         let Planned { point, how, target, note, .. } = planned;
-        Self { point, how, target, programs, note }
+        Self { point: point.to_owned(), how, target, programs, note }
     }
 }
 
 /// A point the plan leaves out, and why.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Unplanned {
-    pub point: &'static str,
+    pub point: String,
     pub reason: String,
 }
 
@@ -212,7 +213,7 @@ impl Plan {
             self.points.into_iter().partition(|p| kept(p.site));
         self.points = points;
         self.unavailable.extend(left_out.into_iter().map(|p| Unplanned {
-            point: p.point,
+            point: p.point.to_owned(),
             reason: format!("not in the point set ({set})"),
         }));
         self

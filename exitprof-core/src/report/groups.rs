@@ -1,12 +1,12 @@
 //! The exits of each workload (`--group-by`): the document's `groups` section and its table.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{fmt_ns, table::TextTable};
 use crate::analysis::groups::{GroupBy, Groups};
 
 /// The groups of a run's exits.
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct GroupsDoc {
     pub by: GroupBy,
     /// Groups kept apart at most; the exits of any other went to `other`.
@@ -17,7 +17,7 @@ pub struct GroupsDoc {
     pub groups: Vec<GroupDoc>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct GroupDoc {
     pub name: String,
     pub exits: u64,

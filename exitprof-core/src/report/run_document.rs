@@ -18,7 +18,7 @@ use crate::{
     kernel::bpf_object::BpfObject,
     probes::{
         counts::ProgramCost,
-        plan::{AttachMode, Planned, Unplanned},
+        plan::{AttachMode, PlannedJson, Unplanned},
     },
     profiled::{ForkParams, NetnsParams, Storm, Target, ThreadsParams, workload::exit_rate},
     report::{
@@ -38,12 +38,16 @@ pub const SCHEMA: u32 = 1;
 pub const ON_CPU_IN_SHOWN: usize = 5;
 
 /// The `--json` document. Later versions add keys; the ones here stay, `null` where a value does
-/// not exist for the target (e.g. user and sys time of processes exitprof did not start).
-#[derive(Debug, Serialize)]
+/// not exist for the target (e.g. user and sys time of processes exitprof did not start). It
+/// reads back ([`RunDocument::from_json`]): the keys the documents of earlier releases lack are
+/// read as nothing seen (`partial`, `lost`, `losses`, `blocked_in`, `teardowns`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunDocument {
     /// The version of this schema: [`SCHEMA`].
+    #[serde(default)]
     pub schema: u32,
     /// The run was cut short (Ctrl-C, SIGTERM): the figures cover what ran until then.
+    #[serde(default)]
     pub partial: bool,
     pub kernel: String,
     pub attach: AttachMode,
@@ -62,7 +66,9 @@ pub struct RunDocument {
     /// Tasks the storm's drivers created (`null` when exitprof does not drive the target).
     pub tasks_created: Option<u64>,
     /// Exits lost, all causes together (`losses` has them apart).
+    #[serde(default)]
     pub lost: u64,
+    #[serde(default)]
     pub losses: Losses,
     /// What happened besides losses, for a person looking into the run: returns to a CPU no
     /// `sched_switch` showed, stacks walked and skipped, samples taken, ends of an earlier run's
@@ -101,6 +107,7 @@ pub struct RunDocument {
     pub verdict: String,
     /// Where exits blocked, by stage and kernel stack, most time first: each stage's blocked
     /// time shared out by the time of the blocks walked in it.
+    #[serde(default)]
     pub blocked_in: Vec<BlockedIn>,
     /// What became of the on-CPU samples (`stages[].on_cpu_in` has those joined to a stage).
     pub samples: JoinCounts,
@@ -109,13 +116,14 @@ pub struct RunDocument {
     /// The namespace teardowns the exits set off (`net`: `cleanup_net`; `user`:
     /// `free_user_ns`), each joined to its exit: their time, how long after the exit, where
     /// their kworker blocked and computed, and what could not be joined.
+    #[serde(default)]
     pub teardowns: TeardownReports,
     /// With --bpf-stats: what exitprof's programs cost in the kernel while the target ran.
     pub kernel_cost: Option<KernelCostDoc>,
     /// With --bpf-stats: how much of the exits, and of each stage, was exitprof's own programs
     /// running (shown beside the stages, not subtracted); `null` without the flag.
     pub probe_effect: Option<ProbeEffect>,
-    pub probes: Vec<Planned>,
+    pub probes: Vec<PlannedJson>,
     pub unavailable: Vec<Unplanned>,
     /// exitprof's own CPU time and peak memory, its workload children left out.
     pub exitprof: OwnCost,
@@ -125,26 +133,26 @@ pub struct RunDocument {
     pub selected: Option<SelectedDoc>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SelectedDoc {
     #[serde(flatten)]
     pub selected: Selected,
     /// Keys of this document that are of the whole run: the exits it lost cannot be told apart
     /// by process, nor can the `free_ipc` kworker's runs or exitprof's programs' runs, and the
     /// workload's times are its own.
-    pub run_wide: [&'static str; 7],
+    pub run_wide: Vec<String>,
 }
 
 impl SelectedDoc {
     pub fn new(selected: Selected) -> Self {
         let run_wide =
             ["lost", "losses", "elapsed_s", "user_s", "sys_s", "deferred.ipc", "kernel_cost"];
-        Self { selected, run_wide }
+        Self { selected, run_wide: run_wide.map(str::to_owned).to_vec() }
     }
 }
 
 /// What was profiled, with its parameters.
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum WorkloadDoc {
     Threads(ThreadsParams),
@@ -158,7 +166,7 @@ pub enum WorkloadDoc {
     All { duration_s: Option<f64> },
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RateDoc {
     /// Exits per second asked for.
     pub target: u64,
@@ -225,7 +233,7 @@ impl StageDoc {
 }
 
 /// exitprof's programs, as the kernel's BPF run-time statistics counted them.
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct KernelCostDoc {
     /// Every attached program, costliest first.
     pub programs: Vec<ProgramCostDoc>,
@@ -237,7 +245,7 @@ pub struct KernelCostDoc {
     pub ns_per_exit: Option<f64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProgramCostDoc {
     pub program: String,
     pub runs: u64,
@@ -317,7 +325,7 @@ fn stage_table_docs(
 }
 
 /// One kind of exit's stage table.
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct KindDoc {
     pub kind: ExitKind,
     pub exits: u64,
@@ -404,11 +412,64 @@ impl RunDocument {
                 .as_deref()
                 .map(|c| KernelCostDoc::new(c, run.selected.map_or(recorded, |s| s.exits_in_run))),
             probe_effect: run.probe_effect.clone(),
-            probes: run.plan.points.clone(),
+            probes: run.plan.points.iter().cloned().map(PlannedJson::from).collect(),
             unavailable: run.plan.unavailable.clone(),
             exitprof: run.own_cost,
             selected: run.selected.map(SelectedDoc::new),
         }
+    }
+}
+
+/// Keys only the documents of `compare` and `sweep` have.
+const COMPARISON_KEYS: [&str; 2] = ["on", "rows"];
+
+impl RunDocument {
+    /// Reads a run document (what `--json` printed) of this schema version or an earlier one,
+    /// the documents of releases before the version key included; says what is wrong with
+    /// anything else, a newer version among it.
+    pub fn from_json(text: &[u8]) -> Result<Self, String> {
+        let value: serde_json::Value = serde_json::from_slice(text).map_err(|e| {
+            if e.is_eof() {
+                format!("the JSON ends early ({e}): a truncated run document?")
+            } else {
+                format!("not a JSON document: {e}")
+            }
+        })?;
+        let not_a_run = "is not an exitprof run document (what `exitprof --json` prints)";
+        if COMPARISON_KEYS.iter().any(|k| value.get(k).is_some()) {
+            return Err(format!(
+                "{not_a_run}: it is a compare or sweep document; diff compares the documents of \
+                 plain runs"
+            ));
+        }
+        // Documents before the version key are version 0; a newer one may mean anything.
+        match value.get("schema").map_or(Some(0), serde_json::Value::as_u64) {
+            None => return Err(format!("{not_a_run}: its `schema` is not a version number")),
+            Some(version) if version > u64::from(SCHEMA) => {
+                return Err(format!(
+                    "it is a run document of schema version {version}, written by a newer \
+                     exitprof; this one reads versions up to {SCHEMA}: read it with that \
+                     exitprof or a newer one"
+                ));
+            }
+            Some(_) => {}
+        }
+        let doc: Self = serde_json::from_value(value).map_err(|e| format!("{not_a_run}: {e}"))?;
+        match doc.stages.first() {
+            Some(exit) if exit.name == "exit" && exit.latency.count > 0 => Ok(doc),
+            Some(exit) if exit.name == "exit" => Err("it records no exit".to_owned()),
+            _ => Err(format!("{not_a_run}: its first stage is not the whole exit, `exit`")),
+        }
+    }
+
+    /// Exits in the whole exit's row.
+    pub fn exits(&self) -> u64 {
+        self.stages.first().map_or(0, |exit| exit.latency.count)
+    }
+
+    /// The stages, the whole exit left out.
+    pub fn parts(&self) -> &[StageDoc] {
+        self.stages.get(1..).unwrap_or_default()
     }
 }
 
@@ -429,6 +490,30 @@ impl WorkloadDoc {
             }
             Target::All => Self::All { duration_s },
         }
+    }
+
+    /// `threads (threads=200 reps=3 stagger_us=2)`: the kind and the parameters given.
+    pub fn describe(&self) -> String {
+        let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(self) else {
+            unreachable!("a workload document is a JSON object of plain values")
+        };
+        let kind = fields.get("kind").and_then(|k| k.as_str()).unwrap_or("unknown workload");
+        let params: Vec<String> = fields
+            .iter()
+            .filter(|(k, v)| *k != "kind" && !v.is_null())
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => format!("{k}={s}"),
+                serde_json::Value::Array(items) => {
+                    let words: Vec<String> = items
+                        .iter()
+                        .map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_owned))
+                        .collect();
+                    format!("{k}={}", words.join(" "))
+                }
+                other => format!("{k}={other}"),
+            })
+            .collect();
+        if params.is_empty() { kind.to_owned() } else { format!("{kind} ({})", params.join(" ")) }
     }
 }
 

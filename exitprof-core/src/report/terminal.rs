@@ -383,7 +383,7 @@ fn teardown_lines(t: &TeardownReport) -> String {
         "{}s: {} torn down in {} {} runs (mean {:.1}, max {} per run, a run's time shared \
          equally), {} joined to the exit that left them; {} without a recorded exit, {} \
          outlived their last exit{}; {} exits' {} teardowns not seen",
-        capitalised(t.kind),
+        capitalised(&t.kind),
         t.namespaces,
         t.runs,
         t.function,

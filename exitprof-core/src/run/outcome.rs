@@ -198,8 +198,25 @@ impl Serialize for Losses {
     }
 }
 
-/// The diagnostics of a run's [`Losses`], serialized each by its key.
-#[derive(Clone, Copy, Debug)]
+impl<'de> Deserialize<'de> for Losses {
+    /// Each count by its key; keys of counts this exitprof does not know (a later one's) are
+    /// left out.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let by_key = std::collections::HashMap::<String, u64>::deserialize(deserializer)?;
+        let mut losses = Self::default();
+        for (index, count) in counters::all() {
+            if let Some(&n) = by_key.get(count.key) {
+                losses.0[index as usize] = n;
+            }
+        }
+        Ok(losses)
+    }
+}
+
+/// The diagnostics of a run's [`Losses`], serialized each by its key (read back, the
+/// diagnostics alone).
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+#[serde(transparent)]
 pub struct Diagnostics(pub Losses);
 
 impl Serialize for Diagnostics {

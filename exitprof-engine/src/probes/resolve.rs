@@ -59,7 +59,7 @@ pub fn for_kernel(facts: &KernelFacts, mode: AttachMode, wants: Wants) -> Result
     for site in SITES {
         if site.id == SiteId::Deferred(DeferredSite::Kfree) && !wants.ipc_frees_via_kfree {
             unavailable.push(Unplanned {
-                point: site.id.name(),
+                point: site.id.name().to_owned(),
                 reason: "fires on every kfree of the machine: attached for the ipcns \
                          workload only"
                     .to_owned(),
@@ -68,7 +68,9 @@ pub fn for_kernel(facts: &KernelFacts, mode: AttachMode, wants: Wants) -> Result
         }
         match resolve_site(facts, mode, wants, site) {
             Ok(planned) => points.push(planned),
-            Err(reason) => unavailable.push(Unplanned { point: site.id.name(), reason }),
+            Err(reason) => {
+                unavailable.push(Unplanned { point: site.id.name().to_owned(), reason });
+            }
         }
     }
     // A fallback is dropped where what it stands in for is probed.
@@ -78,7 +80,7 @@ pub fn for_kernel(facts: &KernelFacts, mode: AttachMode, wants: Wants) -> Result
         let site = site_of(planned.site);
         match site.fallback_for {
             Some(primary) if probed.contains(&primary) => unavailable.push(Unplanned {
-                point: planned.point,
+                point: planned.point.to_owned(),
                 reason: format!("not needed: {} is probed", primary.name()),
             }),
             Some(primary) => {

@@ -96,7 +96,7 @@ impl PlanDocument {
             let _ = writeln!(out, "\nnot attached ({}):", self.unavailable.len());
             let mut table = TextTable::new(["point", "why"]);
             for u in &self.unavailable {
-                table.add_row([u.point, u.reason.as_str()]);
+                table.add_row([u.point.as_str(), u.reason.as_str()]);
             }
             let _ = writeln!(out, "{table}");
         }

@@ -206,7 +206,7 @@ impl PlanDoc {
             .unavailable
             .into_iter()
             .map(|u| match SiteId::named(&u.point) {
-                Some(site) => Ok(Unplanned { point: site.name(), reason: u.reason }),
+                Some(site) => Ok(Unplanned { point: site.name().to_owned(), reason: u.reason }),
                 None => Err(format!("an unknown probe point {:?}", u.point)),
             })
             .collect::<Result<_, _>>()?;
@@ -309,7 +309,8 @@ mod tests {
         plan.object = BpfObject::named("compat", vec!["bpf_loop (5.17)".to_owned()]).unwrap();
         plan.points[1].note = Some("a note".to_owned());
         let acct = SiteId::Function(ExitFn::AcctProcess).name();
-        plan.unavailable.push(Unplanned { point: acct, reason: "not a symbol".to_owned() });
+        plan.unavailable
+            .push(Unplanned { point: acct.to_owned(), reason: "not a symbol".to_owned() });
         RunSetup {
             plan,
             // A command line need not be UTF-8.

@@ -5,12 +5,12 @@
 
 use std::collections::HashSet;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::analysis::records::{Exit, ExitKey, ExitKind, TaskName, decode_stack};
 
 /// What a kept exit is: of one process (or thread), of one kind, or both.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExitFilter {
     /// A process id (the exits of its threads) or the id of one thread (its exit alone), as
     /// exitprof's PID namespace saw them.
@@ -44,7 +44,7 @@ impl ExitFilter {
 }
 
 /// A report of the exits a filter kept, out of how many the run recorded.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct Selected {
     #[serde(flatten)]
     pub filter: ExitFilter,
