@@ -60,7 +60,9 @@ fn main() -> ExitCode {
             present::recorded(&args.file, &args.view(), args.json, &or_usage(args.export_targets()))
         }
         Some(Command::Serve(args)) => serve::serve(args.request()),
-        Some(Command::Diff(args)) => present::diff(&or_usage(args.request())),
+        Some(Command::Diff(args)) => {
+            present::diff(&or_usage(args.request()), &or_usage(args.export_targets()))
+        }
         Some(Command::Sweep(args)) => present::compare(
             &args.compare.request(Some(args.staggers)),
             &or_usage(args.compare.run.export_targets()),

@@ -42,10 +42,12 @@ const LAYERS: &[&[&str]] = &[
     &["compare"],
     // What a person reads of an outcome: documents, the terminal report, verdicts.
     &["report"],
-    // Files for other tools, encoded from the outcomes and their documents.
+    // `diff` of saved runs: it reads their run documents and makes the diff's document.
+    &["diff"],
+    // Files for other tools, encoded from the outcomes and their documents, a diff's too.
     &["export"],
-    // `serve`'s collection loop and metrics; `diff` of saved runs.
-    &["serve", "diff"],
+    // `serve`'s collection loop and metrics.
+    &["serve"],
     // The presentation layer: prints and writes what the commands produce.
     &["present"],
     // The command line: clap's structs, turned into requests.
@@ -495,22 +497,22 @@ let y = my_crate::z; Self::new(); self.crate_name;
     #[test]
     fn an_import_up_a_layer_or_across_one_is_a_breach() {
         let files = tree(&[
-            ("main.rs", "mod probes;\nmod run;\nmod report;\nmod serve;\nmod diff;\n"),
+            ("main.rs", "mod probes;\nmod run;\nmod report;\nmod conditions;\nmod profiled;\n"),
             ("probes/mod.rs", "use crate::run::own_cost::enable_bpf_stats;\n"),
             ("run/mod.rs", "pub struct RunOutcome;\n"),
             ("report/mod.rs", "use crate::run::RunOutcome;\n"),
-            ("serve/mod.rs", "fn f() { crate::diff::diff(); }\n"),
-            ("diff/mod.rs", "use crate::report::fmt_ns;\n"),
+            ("conditions/mod.rs", "fn f() { crate::profiled::storm(); }\n"),
+            ("profiled/mod.rs", "pub fn storm() {}\n"),
         ]);
         let broken = breaches("exitprof", &files);
         assert_eq!(broken.len(), 2, "{broken:#?}");
         assert!(broken[0].starts_with(
-            "exitprof/src/probes/mod.rs:1: crate::run::own_cost::enable_bpf_stats: probes \
-             imports run, which is above it"
+            "exitprof/src/conditions/mod.rs:1: crate::profiled::storm: conditions imports \
+             profiled, which is beside it in its layer"
         ));
         assert!(broken[1].starts_with(
-            "exitprof/src/serve/mod.rs:1: crate::diff::diff: serve imports diff, which is beside \
-             it in its layer"
+            "exitprof/src/probes/mod.rs:1: crate::run::own_cost::enable_bpf_stats: probes \
+             imports run, which is above it"
         ));
     }
 

@@ -50,8 +50,14 @@ impl Input {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use std::sync::LazyLock;
+
     use super::*;
-    use crate::{export::from_run::tests::synthetic_run, report::run_document::SCHEMA};
+    use crate::{report::run_document::SCHEMA, report::run_document::tests::synthetic_run};
+
+    /// The document of a run, every key of a real one.
+    static BASE: LazyLock<serde_json::Value> =
+        LazyLock::new(|| serde_json::to_value(RunDocument::new(&synthetic_run())).unwrap());
 
     /// A run document, every key of a real one, with the figures `diff` reads set: each stage
     /// is (name, covers, total_ns per exit), all on-CPU, every exit through every stage.
@@ -85,7 +91,7 @@ pub(crate) mod tests {
         let whole: f64 = stages.iter().map(|s| s.2).sum();
         let mut rows = vec![stage("exit", &[], whole)];
         rows.extend(stages.iter().map(|&(name, covers, ns)| stage(name, covers, ns)));
-        let mut doc = serde_json::to_value(RunDocument::new(&synthetic_run())).unwrap();
+        let mut doc = BASE.clone();
         doc["kernel"] = "6.18.0-test".into();
         doc["attach"] = "auto".into();
         doc["workload"] = serde_json::json!({"kind": "threads", "threads": 200, "reps": 3, "stagger_us": 0, "rate": null});

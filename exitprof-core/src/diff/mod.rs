@@ -3,27 +3,20 @@
 //! interval from the runs; with fewer, only a change far beyond what runs differ by counts.
 //! Sides that cut the exit differently are compared by the kernel code their stages cover.
 //!
-//! It reads saved runs only: it must not import `cli` or `present` (which prints and exports
-//! what it found), nor load, attach or read the eBPF object.
+//! It reads saved runs (their run documents) and makes the diff's document, its verdict and its
+//! tables; `export` encodes the document as files and `present` prints and writes it. It must
+//! not import `cli`, `export` or `present`, nor load, attach or read the eBPF object.
 
-mod document;
-mod flame;
-mod html;
-mod input;
+pub mod document;
+pub(crate) mod input;
 mod matching;
 mod noise;
-mod svg;
-mod text;
-mod verdict;
+pub mod text;
+pub mod verdict;
 
 pub use input::Input;
 
-use crate::{
-    base::UsageError,
-    diff::document::DiffDocument,
-    export::{self, ExportTarget, Format},
-    report::run_document::RunDocument,
-};
+use crate::{base::UsageError, diff::document::DiffDocument, report::run_document::RunDocument};
 
 /// What one diff is asked to do, read from the command line.
 pub struct DiffRequest {
@@ -32,25 +25,11 @@ pub struct DiffRequest {
     pub b: Vec<Input>,
     /// Print the document as JSON instead of the tables.
     pub json: bool,
-    pub exports: Vec<ExportTarget>,
-}
-
-/// The export formats of a diff: its document, its figure, its differential flame graph and
-/// the HTML page of them all.
-pub const EXPORT_FORMATS: [Format; 4] = [Format::Json, Format::Svg, Format::FlameSvg, Format::Html];
-
-/// A finished diff: the report to print and the exports to write.
-pub struct DiffReport {
-    pub text: String,
-    exports: Vec<(ExportTarget, Vec<u8>)>,
 }
 
 /// Reads both sides and compares them. Any input that is not a saved run fails here, before
 /// anything is printed or written.
-pub fn diff(request: &DiffRequest) -> anyhow::Result<DiffReport> {
-    for target in &request.exports {
-        export::check_writable(&target.path)?;
-    }
+pub fn diff(request: &DiffRequest) -> Result<DiffDocument, UsageError> {
     let read = |inputs: &[Input]| -> Result<Vec<_>, UsageError> {
         inputs.iter().map(|i| Ok((i.path().display().to_string(), i.read()?))).collect()
     };
@@ -59,28 +38,7 @@ pub fn diff(request: &DiffRequest) -> anyhow::Result<DiffReport> {
     let runs = |side: Vec<Read>| -> Vec<_> {
         side.into_iter().map(|(file, (run, _))| (file, run)).collect()
     };
-    let doc = DiffDocument::judged(&runs(a), &runs(b));
-    let document = format!("{}\n", serde_json::to_string_pretty(&doc)?);
-    let exports = request
-        .exports
-        .iter()
-        .map(|target| {
-            let encoded = match target.format {
-                Format::Svg => svg::encode(&doc),
-                Format::FlameSvg => flame::encode(&doc),
-                Format::Html => html::encode(&doc),
-                _ => Ok(document.clone().into_bytes()),
-            };
-            let bytes = encoded.map_err(|source| export::ExportError::Encode {
-                path: target.path.clone(),
-                format: target.format,
-                source,
-            })?;
-            Ok((target.clone(), bytes))
-        })
-        .collect::<anyhow::Result<_>>()?;
-    let text = if request.json { document } else { text::render(&doc) };
-    Ok(DiffReport { text, exports })
+    Ok(DiffDocument::judged(&runs(a), &runs(b)))
 }
 
 /// A saved run as read: its file's name, its document and the hash of its bytes.
@@ -104,12 +62,4 @@ fn refuse_copies(a: &[Read], b: &[Read]) -> Result<(), UsageError> {
         }
     }
     Ok(())
-}
-
-impl DiffReport {
-    /// Writes one of the request's exports, encoded already.
-    pub fn write(&self, target: &ExportTarget) -> Result<(), export::ExportError> {
-        let bytes = self.exports.iter().find(|(t, _)| t == target).map(|(_, b)| b.as_slice());
-        export::write_encoded(target, bytes.unwrap_or_default())
-    }
 }

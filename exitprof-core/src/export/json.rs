@@ -14,8 +14,8 @@ mod tests {
 
     use super::*;
     use crate::{
-        analysis::histogram::Bucket, export::from_run::tests::synthetic_run,
-        report::run_document::RunDocument,
+        analysis::histogram::Bucket, report::run_document::RunDocument,
+        report::run_document::tests::synthetic_run,
     };
 
     /// The document's keys this test reads back, typed.

@@ -14,9 +14,10 @@
 //! import it.
 
 mod csv;
+pub mod diff;
 pub(crate) mod folded;
 mod from_compare;
-pub(crate) mod from_run;
+mod from_run;
 mod hlog;
 pub mod html;
 mod json;

@@ -518,8 +518,110 @@ impl WorkloadDoc {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use exitprof_common::point::{ExitFn, Marker, Point};
+
     use super::*;
+    use crate::{
+        analysis::{
+            blocking::BlockedReport,
+            deferred::DeferredWork,
+            records::{Exit, PointHit},
+            teardown::Teardowns,
+        },
+        kernel::{exit_path::ExitPath, kallsyms::Kallsyms, version::KernelVersion},
+        probes::plan::{How, Plan, Planned, SiteId},
+        profiled::workload::ChildOutcome,
+        run::own_cost::CpuTime,
+    };
+
+    /// A run as `run::run` returns it, from 2000 exits with known hits: the start syscall,
+    /// `exit_files` entry and return, the final switch.
+    pub(crate) fn synthetic_run() -> RunOutcome {
+        let planned = |site: SiteId, how, target: &str| Planned {
+            site,
+            point: site.name(),
+            how,
+            target: target.to_owned(),
+            note: None,
+        };
+        let plan = Plan {
+            kernel: "6.18.0-test".to_owned(),
+            mode: AttachMode::Auto,
+            object: BpfObject::default_object(),
+            points: vec![
+                planned(
+                    SiteId::Marker(Marker::SysEnterExit),
+                    How::Tracepoint,
+                    "syscalls:sys_enter_exit",
+                ),
+                planned(SiteId::Function(ExitFn::ExitFiles), How::Fentry, "exit_files"),
+                planned(SiteId::Marker(Marker::FinalSwitch), How::BtfTracepoint, "sched_switch"),
+            ],
+            unavailable: Vec::new(),
+            exit_path: ExitPath::for_kernel(KernelVersion::new(6, 18, 0)),
+        };
+        let mut profile = Profile::new(&plan);
+        for i in 0..2_000u64 {
+            let t0 = i * 1_000_000;
+            let hits = [
+                (Point::Marker(Marker::SysEnterExit), t0, 0),
+                (Point::Enter(ExitFn::ExitFiles), t0 + 900 + i % 50 * 10, 0),
+                (Point::Return(ExitFn::ExitFiles), t0 + 3_000 + i % 300 * 20, 0),
+                (Point::Marker(Marker::FinalSwitch), t0 + 10_000 + i * i % 70_000, i % 3 * 1_000),
+            ];
+            profile.add(&Exit {
+                pid: 1_000 + i as u32,
+                tgid: 1_000,
+                hits: hits
+                    .map(|(point, ts_ns, off_cpu_ns)| PointHit {
+                        point,
+                        ts_ns,
+                        off_cpu_ns,
+                        runq_ns: 0,
+                    })
+                    .to_vec(),
+                ..Exit::default()
+            });
+        }
+        let storm = ThreadsParams { threads: 200, reps: 10, stagger_us: 2, rate: None };
+        let elapsed = Duration::from_millis(110);
+        RunOutcome {
+            plan,
+            target: Target::Storm(Storm::Threads(storm)),
+            duration: None,
+            expected_exits: Some(2_000),
+            child: Some(ChildOutcome {
+                statuses: vec![(1_000, 0)],
+                user: Duration::from_millis(12),
+                sys: Duration::from_millis(150),
+                elapsed,
+                report: None,
+            }),
+            elapsed,
+            ended: Ended::Workload,
+            burst_rate: None,
+            started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000),
+            profile,
+            groups: None,
+            deferred: DeferredWork::new(true, true, false),
+            teardowns: Teardowns::new(true, true).report(&Kallsyms::of_symbols(&[])),
+            blocked: BlockedReport::default(),
+            on_cpu: OnCpuReport::default(),
+            losses: Losses::default(),
+            kernel_cost: None,
+            probe_effect: None,
+            interrupted: None,
+            own_cost: OwnCost {
+                cpu: CpuTime::default(),
+                collecting: CpuTime::default(),
+                peak_rss_bytes: None,
+            },
+            selected: None,
+        }
+    }
 
     #[test]
     fn kernel_cost_is_per_run_and_per_exit_costliest_first() {

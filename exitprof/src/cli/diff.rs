@@ -6,8 +6,8 @@ use clap::Args;
 
 use super::parse::usage;
 use crate::{
-    diff::{self, DiffRequest, Input},
-    export,
+    diff::{DiffRequest, Input},
+    export::{self, ExportTarget},
 };
 
 /// `exitprof diff`.
@@ -32,8 +32,7 @@ pub struct DiffArgs {
 }
 
 impl DiffArgs {
-    /// The diff the command line asks for; a usage error when the sides cannot be told apart
-    /// or an export's format is not one a diff writes.
+    /// The diff the command line asks for; a usage error when the sides cannot be told apart.
     pub fn request(&self) -> Result<DiffRequest, clap::Error> {
         let (a, b) = match (self.a.as_slice(), self.b.as_slice()) {
             ([a, b], []) => (vec![a.clone()], vec![b.clone()]),
@@ -52,15 +51,20 @@ impl DiffArgs {
                 option.display()
             )));
         }
+        let inputs = |paths: Vec<PathBuf>| paths.into_iter().map(Input::Saved).collect();
+        Ok(DiffRequest { a: inputs(a), b: inputs(b), json: self.json })
+    }
+
+    /// The files to write the diff to; a usage error for a format a diff is not written in.
+    pub fn export_targets(&self) -> Result<Vec<ExportTarget>, clap::Error> {
         let exports = export::targets(&self.exports, None).map_err(usage)?;
-        if let Some(t) = exports.iter().find(|t| !diff::EXPORT_FORMATS.contains(&t.format)) {
+        if let Some(t) = exports.iter().find(|t| !export::diff::FORMATS.contains(&t.format)) {
             return Err(usage(format!(
                 "--export {}: a diff is written as .json, .svg, .flame.svg or .html, not .{}",
                 t.path.display(),
                 t.format
             )));
         }
-        let inputs = |paths: Vec<PathBuf>| paths.into_iter().map(Input::Saved).collect();
-        Ok(DiffRequest { a: inputs(a), b: inputs(b), json: self.json, exports })
+        Ok(exports)
     }
 }

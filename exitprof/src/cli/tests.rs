@@ -347,17 +347,17 @@ fn diff_reads_two_documents_or_two_sides_split_by_a_double_dash() {
     let diff = |args: &[&str]| {
         let cli = parse(&[&["diff"], args].concat())?;
         let Some(Command::Diff(diff)) = cli.command else { panic!("not diff: {args:?}") };
-        diff.request()
+        Ok::<_, clap::Error>((diff.request()?, diff.export_targets()?))
     };
     let paths = |inputs: &[Input]| -> Vec<String> {
         inputs.iter().map(|i| i.path().display().to_string()).collect()
     };
-    let one_each = diff(&["a.json", "b.json"]).unwrap();
+    let (one_each, _) = diff(&["a.json", "b.json"]).unwrap();
     assert_eq!(
         (paths(&one_each.a), paths(&one_each.b)),
         (vec!["a.json".to_owned()], vec!["b.json".to_owned()])
     );
-    let repeated =
+    let (repeated, exports) =
         diff(&["--json", "--export", "d.svg", "a1", "a2", "a3", "--", "b1", "b2"]).unwrap();
     assert_eq!(
         (paths(&repeated.a), paths(&repeated.b)),
@@ -367,7 +367,7 @@ fn diff_reads_two_documents_or_two_sides_split_by_a_double_dash() {
         )
     );
     assert!(repeated.json);
-    assert_eq!(repeated.exports[0].format, Format::Svg);
+    assert_eq!(exports[0].format, Format::Svg);
     for (args, mentions) in [
         (&["a1", "a2", "a3"][..], "two sides"),
         (&["a"], "two sides"),
@@ -479,7 +479,9 @@ proptest! {
         match parse(&words.iter().map(String::as_str).collect::<Vec<_>>()) {
             Ok(cli) => {
                 let refused = match &cli.command {
-                    Some(Command::Diff(diff)) => diff.request().err(),
+                    Some(Command::Diff(diff)) => {
+                        diff.request().err().or_else(|| diff.export_targets().err())
+                    }
                     Some(Command::Report(report)) => report.export_targets().err(),
                     _ => None,
                 };

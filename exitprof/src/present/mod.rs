@@ -8,19 +8,19 @@
 //! `cargo xtask test`'s layers, `xtask/src/layout.rs`).
 
 mod compare;
+mod diff;
 pub mod manuals;
 mod plan_document;
 mod progress;
 mod publish;
 mod run;
 
-use self::publish::{print_report, write_exports};
 pub use self::{
     compare::compare,
+    diff::diff,
     run::{recorded, run},
 };
 use crate::{
-    diff::{self, DiffRequest},
     present::plan_document::PlanDocument,
     probes::{ProbeOptions, plan},
     run::start,
@@ -45,11 +45,4 @@ pub fn plan(probes: ProbeOptions, json: bool) -> anyhow::Result<()> {
         print!("{}", doc.render());
     }
     Ok(())
-}
-
-/// `exitprof diff`: the diff's report, then its exports.
-pub fn diff(request: &DiffRequest) -> anyhow::Result<()> {
-    let report = diff::diff(request)?;
-    print_report(&report.text)?;
-    write_exports(&request.exports, |target| report.write(target))
 }

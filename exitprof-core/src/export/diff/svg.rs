@@ -8,12 +8,12 @@ use plotters::{
     style::text_anchor::{HPos, Pos, VPos},
 };
 
-use super::{
-    document::{DiffDocument, RowDoc},
-    text::describe_side,
-    verdict::{cut_note, percent},
-};
 use crate::{
+    diff::{
+        document::{DiffDocument, RowDoc},
+        text::describe_side,
+        verdict::{cut_note, percent},
+    },
     export::{
         EncodeError,
         svg::{FONT, SMALL, TEXT, TITLE, WIDTH},

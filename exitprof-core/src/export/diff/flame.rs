@@ -7,10 +7,12 @@
 //! the exit differently still meet frame for frame. Weights are nanoseconds per exit, the means
 //! of each side's runs: sides of unlike exit counts compare as they are.
 
-use super::document::{DiffDocument, StackChange};
-use crate::export::{
-    EncodeError, StackKind,
-    folded::{draw, folded_stack},
+use crate::{
+    diff::document::{DiffDocument, StackChange},
+    export::{
+        EncodeError, StackKind,
+        folded::{draw, folded_stack},
+    },
 };
 
 /// Draws the differential flame graph of `doc`.

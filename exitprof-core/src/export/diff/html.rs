@@ -1,10 +1,13 @@
 //! The diff as one self-contained HTML page (`--export NAME.html`): what was compared, the
 //! verdict and its warnings, the tables, the figure and the differential flame graph.
 
-use super::{document::DiffDocument, flame, svg, text};
-use crate::export::{
-    EncodeError,
-    html::{Block, page},
+use super::{flame, svg};
+use crate::{
+    diff::{document::DiffDocument, text},
+    export::{
+        EncodeError,
+        html::{Block, page},
+    },
 };
 
 pub fn encode(doc: &DiffDocument) -> Result<Vec<u8>, EncodeError> {
