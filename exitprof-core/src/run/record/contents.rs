@@ -167,7 +167,7 @@ impl PlanDoc {
         Self {
             mode: plan.mode,
             object: ObjectDoc {
-                name: plan.object.name.to_owned(),
+                name: plan.object.name.clone(),
                 missing: plan.object.missing.clone(),
             },
             points: plan
@@ -183,7 +183,7 @@ impl PlanDoc {
             unavailable: plan
                 .unavailable
                 .iter()
-                .map(|u| UnplannedDoc { point: u.point.to_owned(), reason: u.reason.clone() })
+                .map(|u| UnplannedDoc { point: u.point.clone(), reason: u.reason.clone() })
                 .collect(),
         }
     }
