@@ -9,9 +9,9 @@
 //! ever sees half an export, and a failed write leaves nothing behind.
 //!
 //! The set is built from what a run or comparison produced and the documents `report` made of
-//! it. A diff's files are drawn from its document instead (`diff/`). Part of the presentation layer, under `present`: must not import `cli` or `present`, nor
-//! load, attach or read the eBPF object; `run`, `compare` and the folders under them never
-//! import it.
+//! it. A diff's files are drawn from its document instead (`diff/`). Part of the presentation
+//! layer, under `present`: must not import `cli` or `present`, nor load, attach or read the eBPF
+//! object; `run`, `compare` and the folders under them never import it.
 
 mod csv;
 pub mod diff;
