@@ -6,8 +6,8 @@
 //!
 //! Its folders, from the ground floor up: `base`; `kernel`; `probes`; `conditions` and
 //! `profiled`; `run`; `compare`; `serve`. A folder that shares its name with one of
-//! exitprof-core re-exports that folder's parts, so that `crate::kernel::kallsyms` is the one
-//! kallsyms whichever crate reads it.
+//! exitprof-core holds the half of it that needs the running kernel, and re-exports the library's
+//! half: `crate::kernel::kallsyms` is exitprof-core's kallsyms.
 
 pub mod base;
 pub mod compare;
@@ -17,6 +17,3 @@ pub mod probes;
 pub mod profiled;
 pub mod run;
 pub mod serve;
-
-// The pure folders, by the paths the engine's code names them.
-use exitprof_core::{analysis, export};

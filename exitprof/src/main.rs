@@ -3,21 +3,19 @@
 mod cli;
 mod present;
 
-// The library's and the engine's folders, by the paths the command line and the presentation
-// name them.
-use exitprof_core::{analysis, diff, export, report};
-use exitprof_engine::{base, compare, conditions, kernel, probes, profiled, run, serve};
-
 use std::process::ExitCode;
 
 use clap::CommandFactory as _;
 
-use crate::{
-    base::UsageError,
-    cli::{Cli, Command},
+use exitprof_engine::{
+    base::{self, UsageError},
     conditions::hold,
+    probes,
     profiled::workload,
+    serve,
 };
+
+use crate::cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse_checked();
@@ -27,11 +25,13 @@ fn main() -> ExitCode {
         2 => log::LevelFilter::Debug,
         _ => log::LevelFilter::Trace,
     };
-    env_logger::Builder::new()
-        .filter_level(log::LevelFilter::Warn)
-        .filter_module("exitprof", level)
-        .format_timestamp(None)
-        .init();
+    let mut logger = env_logger::Builder::new();
+    logger.filter_level(log::LevelFilter::Warn).format_timestamp(None);
+    // exitprof's three crates log under their own names.
+    for krate in ["exitprof", "exitprof_core", "exitprof_engine"] {
+        logger.filter_module(krate, level);
+    }
+    logger.init();
     if let Some(mode) = cli.file_mode {
         base::atomic_file::set_mode(mode);
     }

@@ -12,11 +12,12 @@ use anyhow::{Context as _, bail};
 
 pub use exitprof_core::compare::{CompareOutcome, Compared, Comparison, SideRuns, side_name};
 
+use exitprof_core::analysis::{
+    blocking::BlockedReport, comparison::RunMeasure, groups::GroupOptions, on_cpu::OnCpuReport,
+    session::Session,
+};
+
 use crate::{
-    analysis::{
-        blocking::BlockedReport, comparison::RunMeasure, groups::GroupOptions, on_cpu::OnCpuReport,
-        session::Session,
-    },
     base::{UsageError, signals::Signals},
     conditions::{self, Condition, ConditionOptions, Side},
     kernel::KernelFacts,

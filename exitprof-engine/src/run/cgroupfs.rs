@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::analysis::{groups::cgroup_paths::encode_made, records::cgroup_of};
+use exitprof_core::analysis::{groups::cgroup_paths::encode_made, records::cgroup_of};
 
 /// Walks of the tree, at most one per this long: a miss on an exit of a cgroup made and removed
 /// between two walks must not walk a tree of thousands of cgroups at every exit.

@@ -10,18 +10,18 @@ use super::{
     start::{Attached, Started, Stop},
 };
 use crate::{
-    analysis::{
-        exit_teardown::ExitTeardown,
-        exit_timeline::{Context, ExitTimeline},
-        records::cgroup_of,
-        session::Session,
-    },
     base::signals::{Signals, signal_name},
     kernel::kallsyms::Kallsyms,
     probes::{
         load::Probes,
         maps::{self, RecordStream, RunStart},
     },
+};
+use exitprof_core::analysis::{
+    exit_teardown::ExitTeardown,
+    exit_timeline::{Context, ExitTimeline},
+    records::cgroup_of,
+    session::Session,
 };
 
 /// How often records are read from the ring buffers, unless one fills up first.

@@ -27,10 +27,10 @@ use self::{
     start::{Attached, Stop, load_options, plan_for, preflight, prepare, start},
 };
 use crate::{
-    analysis::{kept_exits::Pick, session::Session},
     base::signals::Signals,
     profiled::{Target, workload::Workload},
 };
+use exitprof_core::analysis::{kept_exits::Pick, session::Session};
 
 /// Profiles one run, showing how it goes on `progress`.
 pub async fn run(request: &RunRequest, progress: &mut dyn Progress) -> anyhow::Result<RunOutcome> {

@@ -10,13 +10,6 @@ use super::{
     read_errors::{ReadErrors, Source},
 };
 use crate::{
-    analysis::{
-        groups::{GroupOptions, Groups},
-        profile::Profile,
-        records::{Exit, decode_deferred},
-        session::Undecodable,
-        teardown::{TeardownBuckets, TeardownKind, Teardowns},
-    },
     base::signals::Signals,
     probes::{
         counts::{KernelLosses, ProgramCost},
@@ -29,6 +22,13 @@ use crate::{
         collect::RecordSink,
         start::{Attached, Stop},
     },
+};
+use exitprof_core::analysis::{
+    groups::{GroupOptions, Groups},
+    profile::Profile,
+    records::{Exit, decode_deferred},
+    session::Undecodable,
+    teardown::{TeardownBuckets, TeardownKind, Teardowns},
 };
 
 /// How often records are read, unless a ring buffer a quarter full wakes serve first. Longer

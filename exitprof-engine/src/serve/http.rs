@@ -44,7 +44,7 @@ use super::{
     metrics::{Document, Labels, Snapshot},
     web_config::WebConfig,
 };
-use crate::export::prom::TextFormat;
+use exitprof_core::export::prom::TextFormat;
 
 /// How long a connection may take over each exchange, from its start or its last answer: the
 /// TLS handshake and the request head to arrive, the answer to be taken. Also the longest a

@@ -6,6 +6,10 @@ use std::sync::Arc;
 
 use super::read_errors::ReadErrors;
 use crate::{
+    probes::counts::ProgramCost,
+    run::{Losses, own_cost},
+};
+use exitprof_core::{
     analysis::{
         fixed_buckets::FixedBuckets,
         groups::Groups,
@@ -17,8 +21,6 @@ use crate::{
         DIAGNOSTICS, LATENCY, LOSSES, TEARDOWN, TEARDOWN_WAIT, TextFormat, Writer,
         diagnostics_help, losses_help, seconds,
     },
-    probes::counts::ProgramCost,
-    run::{Losses, own_cost},
 };
 
 /// The collection at one moment: every histogram in the fixed buckets, and the counters.
@@ -358,10 +360,10 @@ mod tests {
 
     use super::*;
     use crate::{
-        analysis::{histogram::Latency, session::Undecodable},
         kernel::version::KernelVersion,
         probes::{counts::KernelLosses, plan::Plan},
     };
+    use exitprof_core::analysis::{histogram::Latency, session::Undecodable};
 
     fn snapshot() -> Snapshot {
         let mut latency = Latency::default();

@@ -29,10 +29,6 @@ use self::{
     read_errors::ReadErrors,
 };
 use crate::{
-    analysis::{
-        groups::{GroupOptions, Groups},
-        profile::Profile,
-    },
     base::{
         UsageError,
         signals::{Signals, signal_name},
@@ -43,6 +39,10 @@ use crate::{
         Losses, RunRequest,
         start::{Attached, load_options, plan_for, preflight, prepare, start},
     },
+};
+use exitprof_core::analysis::{
+    groups::{GroupOptions, Groups},
+    profile::Profile,
 };
 
 /// Where `serve` listens unless told: loopback, on a port that Prometheus's list of default

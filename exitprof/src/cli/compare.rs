@@ -3,7 +3,7 @@
 use clap::Args;
 
 use super::{run::RunArgs, values::ConditionArg};
-use crate::{compare::CompareRequest, conditions::ConditionOptions};
+use exitprof_engine::{compare::CompareRequest, conditions::ConditionOptions};
 
 /// `exitprof compare`.
 #[derive(Debug, Args)]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::parse::usage;
-use crate::{
+use exitprof_core::{
     diff::{DiffRequest, Input},
     export::{self, ExportTarget},
 };

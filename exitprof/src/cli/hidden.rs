@@ -10,7 +10,7 @@ use super::{
     run::ThreadsArgs,
     values::{ConditionArg, SideArg},
 };
-use crate::profiled::workload::Driver;
+use exitprof_engine::profiled::workload::Driver;
 
 /// The hidden child-process side of a workload.
 #[derive(Debug, Args)]

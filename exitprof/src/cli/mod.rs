@@ -36,7 +36,7 @@ pub use self::{
 };
 use self::{parse::parse_file_mode, values::PointsArg};
 #[cfg(doc)]
-use crate::{compare::CompareRequest, run::RunRequest};
+use exitprof_engine::{compare::CompareRequest, run::RunRequest};
 
 #[derive(Debug, Parser)]
 #[command(

@@ -4,7 +4,7 @@
 use clap::Args;
 
 use super::values::{AttachArg, PointsArg, Switch};
-use crate::probes::{ProbeOptions, kprobe_events};
+use exitprof_engine::probes::{ProbeOptions, kprobe_events};
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {

@@ -8,13 +8,13 @@ use super::{
     parse::{parse_comm, usage},
     values::FormatArg,
 };
-use crate::{
+use exitprof_core::{
     analysis::records::TaskName,
     export::{self, ExportTarget, Format},
-    run::record::{
-        ExitsShown,
-        view::{Shown, View},
-    },
+};
+use exitprof_engine::run::record::{
+    ExitsShown,
+    view::{Shown, View},
 };
 
 /// `exitprof report`.

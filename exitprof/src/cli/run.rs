@@ -10,9 +10,11 @@ use super::{
     probes::ProbeArgs,
     values::{FormatArg, GroupByArg},
 };
-use crate::{
+use exitprof_core::{
     analysis::groups::GroupOptions,
     export::{self, ExportTarget, Format},
+};
+use exitprof_engine::{
     probes::ProbeOptions,
     profiled::{ForkParams, NetnsParams, Storm, Target, ThreadsParams},
     run::RunRequest,

@@ -9,7 +9,7 @@ use super::{
     run::GroupArgs,
     values::{AttachArg, Switch},
 };
-use crate::{
+use exitprof_engine::{
     probes::{ProbeOptions, kprobe_events, plan::PointSet},
     profiled::Target,
     serve::{self, ServeRequest},

@@ -6,11 +6,9 @@ use clap::ValueEnum as _;
 use proptest::{collection::vec, prelude::*};
 
 use super::{hidden::*, parse::*, probes::*, values::*, *};
-use crate::{
-    analysis::records::TaskName,
+use exitprof_core::{analysis::records::TaskName, diff::Input, export::Format};
+use exitprof_engine::{
     conditions::Condition,
-    diff::Input,
-    export::Format,
     probes::plan::PointSet,
     profiled::{ForkParams, NetnsParams, Storm, Target, ThreadsParams},
     run::record::view::Shown,

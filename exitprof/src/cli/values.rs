@@ -3,10 +3,10 @@
 
 use clap::{ValueEnum, builder::PossibleValue};
 
-use crate::{
-    analysis::groups::GroupBy,
+use exitprof_core::{analysis::groups::GroupBy, export::Format};
+
+use exitprof_engine::{
     conditions::{Condition, Side},
-    export::Format,
     probes::plan::{AttachMode, PointSet},
 };
 

@@ -1,13 +1,15 @@
 //! A compare's or a sweep's outcome presented: its document, its tables and its exports.
 
 use super::publish::{check_exports, publish};
-use crate::{
-    base::runtime,
-    compare::{self, CompareRequest, Compared, Comparison},
+use exitprof_core::{
     export::{ExportSet, ExportTarget},
     report::compare_document::{
         CompareDocument, ComparisonDoc, ComparisonSetup, SweepDocument, SweepRow,
     },
+};
+use exitprof_engine::{
+    base::runtime,
+    compare::{self, CompareRequest, Compared, Comparison},
 };
 
 /// `compare` or `sweep`: runs it, then prints its report and writes its exports.

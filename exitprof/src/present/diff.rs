@@ -1,7 +1,7 @@
 //! A diff presented: its report (the tables, or the `--json` document) and its exports.
 
 use super::publish::{check_exports, print_report, write_exports};
-use crate::{
+use exitprof_core::{
     diff::{self, DiffRequest},
     export::{self, ExportError, ExportTarget},
 };

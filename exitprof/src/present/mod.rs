@@ -20,8 +20,8 @@ pub use self::{
     diff::diff,
     run::{recorded, run},
 };
-use crate::{
-    present::plan_document::PlanDocument,
+use crate::present::plan_document::PlanDocument;
+use exitprof_engine::{
     probes::{ProbeOptions, plan},
     run::start,
 };

@@ -4,7 +4,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::{
+use exitprof_core::report::table::TextTable;
+
+use exitprof_engine::{
     kernel::{
         KernelFacts,
         arch::Arch,
@@ -15,7 +17,6 @@ use crate::{
         memlock::bytes,
         plan::{AttachMode, Plan, Planned, Unplanned},
     },
-    report::table::TextTable,
 };
 
 /// The plan and the calibration it was resolved from.

@@ -5,11 +5,12 @@ use std::{io::IsTerminal as _, time::Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::{
+use exitprof_core::{
     analysis::{exit_teardown::ExitTeardown, exit_timeline::ExitTimeline},
     report::{exit_timeline, fmt_rate},
-    run::collect::Progress,
 };
+
+use exitprof_engine::run::collect::Progress;
 
 /// What a live run shows while it collects (a run of a compare shows nothing).
 pub struct ProgressLine {

@@ -6,7 +6,7 @@ use std::io::Write as _;
 
 use anyhow::Context as _;
 
-use crate::export::{self, ExportSet, ExportTarget};
+use exitprof_core::export::{self, ExportSet, ExportTarget};
 
 /// Checks, before anything runs, that every export can be written: a run must not be lost to a
 /// file it cannot write at the end.

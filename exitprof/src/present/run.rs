@@ -6,13 +6,15 @@ use std::path::Path;
 use exitprof_common::counters;
 
 use super::publish::{check_exports, publish};
-use crate::{
+use crate::present::progress::ProgressLine;
+use exitprof_core::{
     analysis::stage_detail::{self, StageDetail},
-    base::{UsageError, runtime},
     export::{ExportSet, ExportTarget},
-    present::progress::ProgressLine,
-    profiled::{Target, workload},
     report::{record_views, run_document::RunDocument, terminal},
+};
+use exitprof_engine::{
+    base::{UsageError, runtime},
+    profiled::{Target, workload},
     run::{
         self, RunOutcome, RunRequest,
         record::{
