@@ -7,10 +7,9 @@
 //! from another folder of its own layer, and no files import each other in a circle.
 //!
 //! Imports are the `crate::`, `super::` and `self::` paths of the code (in `use` or inline) and
-//! the paths through the other two crates, comments and rustdoc links aside. A folder of the
-//! library or the engine that another crate names at its root (`use exitprof_core::analysis;`)
-//! is in its layer there too. A file's unit tests count for the layers, not for the circles: a
-//! test may drive its module together with the one that reads its output.
+//! the paths through the other two crates (`exitprof_core::analysis::..` is in `analysis`'s
+//! layer), comments and rustdoc links aside. A file's unit tests count for the layers, not for
+//! the circles: a test may drive its module together with the one that reads its output.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -171,10 +170,9 @@ fn breaches(krate: &str, files: &BTreeMap<PathBuf, String>) -> Vec<String> {
             let from =
                 if in_tests { [&here[..], &["tests".to_owned()]].concat() } else { here.clone() };
             let target = resolve(&from, &path, &modules);
-            // A folder of another crate: by its crate's name, or by a name this crate's root
-            // gives it.
-            let folder = other_crate_folder(&path).filter(|_| target.is_none_or(<[_]>::is_empty));
-            let Some(to) = folder.or_else(|| target.map(top_of)) else { continue };
+            let Some(to) = target.map(top_of).or_else(|| other_crate_folder(&path)) else {
+                continue;
+            };
             if to != top
                 && let Some(to_layer) = layer_of(to)
                 && to_layer >= layer
@@ -315,13 +313,12 @@ fn is_ours(path: &str) -> bool {
     })
 }
 
-/// The folder of another crate that `path` names, when it names one in [`LAYERS`]: through the
-/// crate (`exitprof_core::analysis::..`) or through a name the crate's root gives it
-/// (`crate::analysis::..` after `use exitprof_core::analysis;`).
+/// The folder of another crate of exitprof's that `path` names through the crate
+/// (`exitprof_core::analysis::..`), when it is one in [`LAYERS`].
 fn other_crate_folder(path: &str) -> Option<&str> {
     let mut segments = path.split("::");
     let root = segments.next()?;
-    let ours = root == "crate" || SOURCES.iter().any(|(_, name)| !name.is_empty() && *name == root);
+    let ours = SOURCES.iter().any(|(_, name)| !name.is_empty() && *name == root);
     let folder = segments.next()?;
     (ours && layer_of(folder).is_some()).then_some(folder)
 }
@@ -549,14 +546,18 @@ let y = my_crate::z; Self::new(); self.crate_name;
     #[test]
     fn a_folder_of_another_crate_is_in_its_layer() {
         let files = tree(&[
-            ("lib.rs", "pub mod probes;\nuse exitprof_core::report;\n"),
-            ("probes/mod.rs", "use crate::report::fmt_ns;\nuse exitprof_core::export::Format;\n"),
+            ("lib.rs", "pub mod probes;\n"),
+            (
+                "probes/mod.rs",
+                "use exitprof_core::report::fmt_ns;\nuse exitprof_core::export::Format;\n",
+            ),
             ("probes/load.rs", "use exitprof_core::kernel::kallsyms::Kallsyms;\n"),
         ]);
         let broken = breaches("exitprof-engine", &files);
         assert_eq!(broken.len(), 2, "{broken:#?}");
         assert!(broken[0].starts_with(
-            "exitprof-engine/src/probes/mod.rs:1: crate::report::fmt_ns: probes imports report"
+            "exitprof-engine/src/probes/mod.rs:1: exitprof_core::report::fmt_ns: probes imports \
+             report"
         ));
         assert!(broken[1].starts_with(
             "exitprof-engine/src/probes/mod.rs:2: exitprof_core::export::Format: probes imports \
