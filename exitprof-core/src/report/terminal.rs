@@ -320,15 +320,9 @@ fn deferred_table(d: &DeferredReport, t: &TeardownReports) -> String {
     let mut table = TextTable::new(["deferred work", "count", "mean", "p50", "p90", "p99", "max"])
         .figures_right();
     for (name, s) in rows.into_iter().filter(|(_, s)| s.count > 0) {
-        table.add_row([
-            name,
-            s.count.to_string(),
-            fmt_ns(s.mean_ns),
-            fmt_ns(s.p50_ns as f64),
-            fmt_ns(s.p90_ns as f64),
-            fmt_ns(s.p99_ns as f64),
-            fmt_ns(s.max_ns as f64),
-        ]);
+        let mut row = vec![name];
+        row.extend(latency_cells(s, &[s.p50_ns, s.p90_ns, s.p99_ns, s.max_ns]));
+        table.add_row(row);
     }
     if table.is_empty() {
         return String::new();
@@ -573,15 +567,9 @@ pub fn stage_table(stages: &[StageDoc]) -> TextTable {
     for (i, s) in stages.iter().enumerate() {
         let name = if i == 0 { s.name.clone() } else { format!("  {}", s.name) };
         let l = &s.latency;
-        let mut row = vec![
-            name,
-            l.count.to_string(),
-            fmt_ns(l.mean_ns),
-            fmt_ns(l.p50_ns as f64),
-            fmt_ns(l.p90_ns as f64),
-            fmt_ns(l.p99_ns as f64),
-            fmt_ns(l.p999_ns as f64),
-            fmt_ns(l.max_ns as f64),
+        let mut row = vec![name];
+        row.extend(latency_cells(l, &[l.p50_ns, l.p90_ns, l.p99_ns, l.p999_ns, l.max_ns]));
+        row.extend([
             format!("{:.1}%", s.share_of_exit * 100.0),
             format!("{:.1}%", s.off_cpu_share * 100.0),
             // Of the off-CPU time, the part spent runnable: preempted, waiting for a CPU.
@@ -590,11 +578,17 @@ pub fn stage_table(stages: &[StageDoc]) -> TextTable {
             } else {
                 "-".into()
             },
-        ];
+        ]);
         row.extend(s.probe_effect_ns.map(fmt_ns));
         table.add_row(row);
     }
     table
+}
+
+/// A latency summary's cells as the tables show them: the count, the mean, then `quantiles`.
+fn latency_cells(s: &Summary, quantiles: &[u64]) -> Vec<String> {
+    let quantiles = quantiles.iter().map(|&ns| fmt_ns(ns as f64));
+    [s.count.to_string(), fmt_ns(s.mean_ns)].into_iter().chain(quantiles).collect()
 }
 
 #[cfg(test)]
