@@ -5,8 +5,9 @@
 use std::path::PathBuf;
 
 use exitprof_core::{
-    diff::{self, DiffRequest, Input, text},
-    report::{run_document::RunDocument, terminal},
+    diff::{self, DiffRequest, Input},
+    document::run::RunDocument,
+    report::{self, terminal},
     run::record,
 };
 
@@ -44,7 +45,7 @@ fn two_records_diff_stage_by_stage() {
     assert_eq!((doc.a.exits.as_slice(), doc.b.exits.as_slice()), ([8].as_slice(), [8].as_slice()));
     assert!(doc.rows.iter().any(|row| row.group.name == "exit"), "no row of the whole exit");
     assert!(!doc.verdict.is_empty());
-    let table = text::render(&doc);
+    let table = report::diff::render(&doc);
     assert!(table.contains(&doc.verdict), "{table}");
 
     let same = DiffRequest { b: request.a.clone(), ..request };

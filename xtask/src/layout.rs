@@ -39,10 +39,12 @@ const LAYERS: &[&[&str]] = &[
     &["run"],
     // The same storm with a condition on and off; it produces an outcome.
     &["compare"],
-    // What a person reads of an outcome: documents, the terminal report, verdicts.
-    &["report"],
+    // The run document, the one shape of a finished run, and the verdicts it is made with.
+    &["document"],
     // `diff` of saved runs: it reads their run documents and makes the diff's document.
     &["diff"],
+    // What a person reads in a terminal: the reports of runs, comparisons and diffs.
+    &["report"],
     // Files for other tools, encoded from the outcomes and their documents, a diff's too.
     &["export"],
     // `serve`'s collection loop and metrics.

@@ -44,7 +44,18 @@ pub fn test(args: &TestArgs) -> anyhow::Result<()> {
     packages::ensure(&needed)?;
     stage("lints", lint)?;
     stage("unit tests", || {
-        cargo(&["test", "--locked", "--workspace", "--exclude", "exitprof-ebpf", "--lib", "--bins"])
+        cargo(&[
+            "test",
+            "--locked",
+            "--workspace",
+            "--exclude",
+            "exitprof-ebpf",
+            "--lib",
+            "--bins",
+        ])?;
+        // The library's own integration tests: records read, reported and diffed with it alone
+        // (the binary's need root and run one at a time, below).
+        cargo(&["test", "--locked", "--package", "exitprof-core", "--tests"])
     })?;
     stage("static binary and Debian package", dist::build)?;
     stage("root integration tests", integration)?;

@@ -6,7 +6,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::{base::UsageError, report::run_document::RunDocument, run::record};
+use crate::{base::UsageError, document::run::RunDocument, run::record};
 
 /// One saved run: a `--json` run document or a record file, told apart by the record's magic.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,7 +53,7 @@ pub(crate) mod tests {
     use std::sync::LazyLock;
 
     use super::*;
-    use crate::{report::run_document::SCHEMA, report::run_document::tests::synthetic_run};
+    use crate::document::run::{SCHEMA, tests::synthetic_run};
 
     /// The document of a run, every key of a real one.
     static BASE: LazyLock<serde_json::Value> =

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-use crate::report::run_document::RunDocument;
+use crate::document::run::RunDocument;
 
 /// Stages of both sides that cover the same kernel code: one row of the diff.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -10,13 +10,12 @@
 pub mod document;
 pub(crate) mod input;
 mod matching;
-mod noise;
-pub mod text;
+pub mod noise;
 pub mod verdict;
 
 pub use input::Input;
 
-use crate::{base::UsageError, diff::document::DiffDocument, report::run_document::RunDocument};
+use crate::{base::UsageError, diff::document::DiffDocument, document::run::RunDocument};
 
 /// What one diff is asked to do, read from the command line.
 pub struct DiffRequest {

@@ -7,8 +7,7 @@ use super::{
 };
 use crate::{
     analysis::on_cpu::describe_chain,
-    report::run_document::RunDocument,
-    report::{fmt_ns, signed},
+    document::{fmt_ns, run::RunDocument, signed},
 };
 
 /// Frames of a chain the verdict names, innermost first (as a run's verdict does).

@@ -10,8 +10,9 @@ use super::{
 use crate::{
     analysis::stats::Spread,
     compare::{CompareOutcome, Comparison, SideRuns, side_name},
+    document::run::WorkloadDoc,
     profiled::{Target, workload::Workload},
-    report::{compare_document::side_losses, run_document::WorkloadDoc},
+    report::compare_document::side_losses,
 };
 
 impl ExportSet {

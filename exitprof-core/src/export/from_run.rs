@@ -5,10 +5,8 @@ use serde_json::Value;
 use super::{ExportSet, RunStats, Series, StackKind, Variant, WeightedStack, WorkloadLabel};
 use crate::{
     analysis::{blocking::BlockedReport, groups::Groups, histogram::Latency, on_cpu::OnCpuReport},
-    report::{
-        run_document::{RunDocument, WorkloadDoc},
-        terminal,
-    },
+    document::run::{RunDocument, WorkloadDoc},
+    report::terminal,
     run::RunOutcome,
 };
 
@@ -122,7 +120,7 @@ pub(super) fn workload_label(doc: &WorkloadDoc) -> WorkloadLabel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{profiled::ThreadsParams, report::run_document::tests::synthetic_run, run::Losses};
+    use crate::{document::run::tests::synthetic_run, profiled::ThreadsParams, run::Losses};
 
     #[test]
     fn a_run_is_one_plain_variant_with_the_exit_first() {

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use base64::Engine as _;
 
 use super::{EncodeError, ExportSet, folded, svg};
-use crate::report::{
+use crate::document::{
     fmt_ns,
     table::{TextTable, escape_html},
 };

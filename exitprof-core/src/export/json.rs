@@ -14,8 +14,8 @@ mod tests {
 
     use super::*;
     use crate::{
-        analysis::histogram::Bucket, report::run_document::RunDocument,
-        report::run_document::tests::synthetic_run,
+        analysis::histogram::Bucket,
+        document::run::{RunDocument, tests::synthetic_run},
     };
 
     /// The document's keys this test reads back, typed.

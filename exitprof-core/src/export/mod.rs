@@ -8,7 +8,7 @@
 //! [`Series`]: one histogram per stage per variant, and the [`WeightedStack`]s. Files are written atomically, so no reader
 //! ever sees half an export, and a failed write leaves nothing behind.
 //!
-//! The set is built from what a run or comparison produced and the documents `report` made of
+//! The set is built from what a run or comparison produced and the documents made of
 //! it. A diff's files are drawn from its document instead (`diff/`). Part of the presentation
 //! layer, under `present`: must not import `cli` or `present`, nor load, attach or read the eBPF
 //! object; `run`, `compare` and the folders under them never import it.
@@ -35,8 +35,8 @@ use hdrhistogram::Histogram;
 use crate::{
     analysis::histogram::{PercentilePoint, percentile_distribution},
     base::atomic_file,
+    document::fmt_rate,
     probes::plan::{AttachMode, Planned},
-    report::fmt_rate,
 };
 
 /// An export file format: each encoder is in this folder's file of its name (what each holds is

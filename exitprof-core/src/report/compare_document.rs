@@ -17,17 +17,17 @@ use crate::{
     },
     compare::{CompareOutcome, Comparison, SideRuns},
     conditions::Condition,
-    probes::plan::{AttachMode, Planned},
-    profiled::Target,
-    report::{
+    document::{
         fmt_ns, fmt_rate,
         groups::GroupsDoc,
-        run_document::{StageDoc, WorkloadDoc, stage_docs},
+        run::{StageDoc, WorkloadDoc, stage_docs},
         signed,
         table::TextTable,
-        terminal::describe,
         verdict::{compare_verdict, run_verdict},
     },
+    probes::plan::{AttachMode, Planned},
+    profiled::Target,
+    report::terminal::describe,
     run::Losses,
 };
 

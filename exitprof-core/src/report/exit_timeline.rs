@@ -9,7 +9,7 @@ use crate::{
         exit_timeline::{Cause, ExitTimeline},
         on_cpu::describe_chain,
     },
-    report::{fmt_ns, table::TextTable},
+    document::{fmt_ns, table::TextTable},
 };
 
 /// Frames of a stack shown, innermost first.

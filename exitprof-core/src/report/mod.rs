@@ -1,60 +1,13 @@
-//! Everything a person reads: the terminal report of a run, the JSON documents of a run and of
-//! a comparison or sweep, the verdicts, and how durations and rates are written.
+//! Everything a person reads in a terminal: the report of a run, its views of a record and of
+//! one exit, the document and tables of a comparison or sweep, and the tables of a diff.
 //!
 //! Part of the presentation layer, under `present`: it reads what runs and comparisons produced
-//! (`run::RunOutcome`, `compare::CompareOutcome`) and the plan. Must not import `cli` or
-//! `present`, nor load, attach or read the eBPF object (of `probes`, only the plan's and the
-//! programs' costs' data); `run`, `compare` and the folders under them never import it.
+//! (`run::RunOutcome`, `compare::CompareOutcome`), their documents (`document`) and a diff's
+//! (`diff`). Must not import `cli` or `present`, nor load, attach or read the eBPF object; `run`,
+//! `compare`, `document` and `diff` never import it.
 
 pub mod compare_document;
+pub mod diff;
 pub mod exit_timeline;
-pub mod groups;
 pub mod record_views;
-pub mod run_document;
-pub mod table;
 pub mod terminal;
-pub mod verdict;
-
-/// A duration in ns, with a unit a person reads at a glance: `850ns`, `12.3µs`, `4.56ms`, `2.10s`.
-pub fn fmt_ns(ns: f64) -> String {
-    if ns < 1e3 {
-        format!("{ns:.0}ns")
-    } else if ns < 1e6 {
-        format!("{:.1}µs", ns / 1e3)
-    } else if ns < 1e9 {
-        format!("{:.2}ms", ns / 1e6)
-    } else {
-        format!("{:.2}s", ns / 1e9)
-    }
-}
-
-/// A duration with its sign, e.g. `+2.1µs`.
-pub fn signed(ns: f64) -> String {
-    format!("{}{}", if ns < 0.0 { "-" } else { "+" }, fmt_ns(ns.abs()))
-}
-
-/// A count per second, e.g. `14.5k`.
-pub fn fmt_rate(per_s: f64) -> String {
-    if per_s >= 1e6 {
-        format!("{:.2}M", per_s / 1e6)
-    } else if per_s >= 1e3 {
-        format!("{:.1}k", per_s / 1e3)
-    } else {
-        format!("{per_s:.0}")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_read_naturally() {
-        assert_eq!(fmt_ns(850.0), "850ns");
-        assert_eq!(fmt_ns(12_345.0), "12.3µs");
-        assert_eq!(fmt_ns(4_560_000.0), "4.56ms");
-        assert_eq!(fmt_ns(2_100_000_000.0), "2.10s");
-        assert_eq!(fmt_rate(14_523.0), "14.5k");
-        assert_eq!(fmt_rate(950.0), "950");
-    }
-}

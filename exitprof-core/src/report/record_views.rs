@@ -5,15 +5,14 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::{
-    fmt_ns,
-    run_document::{RunDocument, SelectedDoc},
-    table::TextTable,
-    terminal,
-};
+use super::{exit_timeline, terminal};
 use crate::{
     analysis::{exit_timeline::ExitTimeline, on_cpu::describe_chain, stage_detail::StageDetail},
-    report::exit_timeline,
+    document::{
+        fmt_ns,
+        run::{RunDocument, SelectedDoc},
+        table::TextTable,
+    },
     run::{RunOutcome, record::ExitsShown},
 };
 

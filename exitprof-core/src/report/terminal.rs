@@ -4,17 +4,19 @@ use std::fmt::Write as _;
 
 use exitprof_common::counters;
 
-use super::{
-    fmt_ns, fmt_rate,
-    run_document::{KernelCostDoc, RateDoc, RunDocument, StageDoc, WorkloadDoc},
-    table::TextTable,
-};
-use crate::analysis::{
-    deferred::DeferredReport,
-    histogram::Summary,
-    on_cpu::describe_chain,
-    probe_effect::ProbeEffect,
-    teardown::{TeardownReport, TeardownReports},
+use crate::{
+    analysis::{
+        deferred::DeferredReport,
+        histogram::Summary,
+        on_cpu::describe_chain,
+        probe_effect::ProbeEffect,
+        teardown::{TeardownReport, TeardownReports},
+    },
+    document::{
+        fmt_ns, fmt_rate,
+        run::{KernelCostDoc, RateDoc, RunDocument, StageDoc, WorkloadDoc},
+        table::TextTable,
+    },
 };
 
 /// Renders a run for a person.

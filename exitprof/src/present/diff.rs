@@ -4,6 +4,7 @@ use super::publish::{check_exports, print_report, write_exports};
 use exitprof_core::{
     diff::{self, DiffRequest},
     export::{self, ExportError, ExportTarget},
+    report,
 };
 
 /// `exitprof diff`: compares the saved runs, then prints the diff's report and writes its
@@ -21,7 +22,7 @@ pub fn diff(request: &DiffRequest, exports: &[ExportTarget]) -> anyhow::Result<(
             Ok((target, bytes))
         })
         .collect::<Result<Vec<_>, ExportError>>()?;
-    let text = if request.json { document } else { diff::text::render(&doc) };
+    let text = if request.json { document } else { report::diff::render(&doc) };
     print_report(&text)?;
     write_exports(exports, |target| {
         let bytes = encoded.iter().find(|(t, _)| *t == target).map(|(_, b)| b.as_slice());

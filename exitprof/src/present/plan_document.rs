@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use exitprof_core::report::table::TextTable;
+use exitprof_core::document::table::TextTable;
 
 use exitprof_engine::{
     kernel::{

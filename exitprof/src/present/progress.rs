@@ -7,7 +7,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use exitprof_core::{
     analysis::{exit_teardown::ExitTeardown, exit_timeline::ExitTimeline},
-    report::{exit_timeline, fmt_rate},
+    document::fmt_rate,
+    report::exit_timeline,
 };
 
 use exitprof_engine::run::collect::Progress;

@@ -9,8 +9,9 @@ use super::publish::{check_exports, publish};
 use crate::present::progress::ProgressLine;
 use exitprof_core::{
     analysis::stage_detail::{self, StageDetail},
+    document::run::RunDocument,
     export::{ExportSet, ExportTarget},
-    report::{record_views, run_document::RunDocument, terminal},
+    report::{record_views, terminal},
 };
 use exitprof_engine::{
     base::{UsageError, runtime},

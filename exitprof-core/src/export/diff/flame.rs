@@ -53,7 +53,7 @@ mod tests {
         input::tests::{document, view},
     };
 
-    fn run(unmap_ns: f64, lock_ns: f64) -> (String, crate::report::run_document::RunDocument) {
+    fn run(unmap_ns: f64, lock_ns: f64) -> (String, crate::document::run::RunDocument) {
         let mut doc = document(10, &[("exit_mm", &["exit_mm"], 1_000.0 + unmap_ns / 10.0)]);
         doc["stages"][1]["on_cpu_in"] = serde_json::json!([
             {"stack": ["unmap_page_range", "exit_mmap", "do_exit"], "samples": 1, "share": 0.5,

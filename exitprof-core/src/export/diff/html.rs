@@ -3,11 +3,12 @@
 
 use super::{flame, svg};
 use crate::{
-    diff::{document::DiffDocument, text},
+    diff::document::DiffDocument,
     export::{
         EncodeError,
         html::{Block, page},
     },
+    report::diff as text,
 };
 
 pub fn encode(doc: &DiffDocument) -> Result<Vec<u8>, EncodeError> {

@@ -11,14 +11,14 @@ use plotters::{
 use crate::{
     diff::{
         document::{DiffDocument, RowDoc},
-        text::describe_side,
         verdict::{cut_note, percent},
     },
+    document::{fmt_ns, signed},
     export::{
         EncodeError,
         svg::{FONT, SMALL, TEXT, TITLE, WIDTH},
     },
-    report::{fmt_ns, signed},
+    report::diff::describe_side,
 };
 
 const PANEL_HEIGHT: u32 = 120;

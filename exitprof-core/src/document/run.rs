@@ -15,16 +15,16 @@ use crate::{
         records::ExitKind,
         teardown::TeardownReports,
     },
+    document::{
+        groups::GroupsDoc,
+        verdict::{run_verdict, teardown_verdict},
+    },
     kernel::bpf_object::BpfObject,
     probes::{
         counts::ProgramCost,
         plan::{AttachMode, PlannedJson, Unplanned},
     },
     profiled::{ForkParams, NetnsParams, Storm, Target, ThreadsParams, workload::exit_rate},
-    report::{
-        groups::GroupsDoc,
-        verdict::{run_verdict, teardown_verdict},
-    },
     run::{Diagnostics, Ended, Losses, RunOutcome, own_cost::OwnCost, record::selection::Selected},
 };
 

@@ -3,14 +3,14 @@
 
 use std::fmt::Write as _;
 
-use super::{
-    document::{DiffDocument, RowDoc, SideDoc, StackChange},
-    noise::Change,
-    verdict::percent,
-};
 use crate::{
     analysis::on_cpu::describe_chain,
-    report::{fmt_ns, signed, table::TextTable},
+    diff::{
+        document::{DiffDocument, RowDoc, SideDoc, StackChange},
+        noise::Change,
+        verdict::percent,
+    },
+    document::{fmt_ns, signed, table::TextTable},
 };
 
 /// Frames shown per stack, innermost first.
@@ -250,4 +250,21 @@ pub fn stack_table(title: &str, stacks: &[StackChange]) -> TextTable {
         ]);
     }
     table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diff::document::tests::{
+        a_path_one_side_never_took, a_side_that_lost_most_exits, network_namespace_teardowns,
+    };
+
+    #[test]
+    fn the_tables_say_what_the_document_found() {
+        assert!(render(&a_path_one_side_never_took()).contains("B: none in its runs"));
+        let text = render(&a_side_that_lost_most_exits());
+        assert!(text.contains("9900 lost (99.0%, 9900 to a full ring buffer)"), "{text}");
+        let text = render(&network_namespace_teardowns());
+        assert!(text.contains("network namespace teardown (cleanup_net)"), "{text}");
+    }
 }

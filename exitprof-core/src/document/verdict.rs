@@ -9,7 +9,7 @@ use crate::{
         profile::StageRow,
         teardown::{TeardownReport, TeardownReports},
     },
-    report::{fmt_ns, signed},
+    document::{fmt_ns, signed},
 };
 
 /// Below this off-CPU share a stage computes; above it, it mostly waits.
