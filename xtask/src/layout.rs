@@ -241,7 +241,7 @@ fn line_count(text: &str) -> usize {
 }
 
 /// The module `path` (a path from `crate`, `super` or `self`, read in module `here`) names, as
-/// the longest of its prefixes that is a file's module; `None` for a path out of exitprof/src.
+/// the longest of its prefixes that is a file's module; `None` for a path out of the crate.
 fn resolve<'a>(
     here: &[String],
     path: &str,
