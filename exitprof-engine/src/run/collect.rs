@@ -3,6 +3,12 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use exitprof_core::analysis::{
+    exit_teardown::ExitTeardown,
+    exit_timeline::{Context, ExitTimeline},
+    records::cgroup_of,
+    session::Session,
+};
 use exitprof_core::run::record::{Kind, Recorder};
 
 use super::{
@@ -16,12 +22,6 @@ use crate::{
         load::Probes,
         maps::{self, RecordStream, RunStart},
     },
-};
-use exitprof_core::analysis::{
-    exit_teardown::ExitTeardown,
-    exit_timeline::{Context, ExitTimeline},
-    records::cgroup_of,
-    session::Session,
 };
 
 /// How often records are read from the ring buffers, unless one fills up first.

@@ -3,6 +3,13 @@
 
 use std::{collections::BTreeMap, future::Future, pin::Pin, sync::Arc, time::Duration};
 
+use exitprof_core::analysis::{
+    groups::{GroupOptions, Groups},
+    profile::Profile,
+    records::{Exit, decode_deferred},
+    session::Undecodable,
+    teardown::{TeardownBuckets, TeardownKind, Teardowns},
+};
 use tokio::{sync::watch, time::MissedTickBehavior};
 
 use super::{
@@ -22,13 +29,6 @@ use crate::{
         collect::RecordSink,
         start::{Attached, Stop},
     },
-};
-use exitprof_core::analysis::{
-    groups::{GroupOptions, Groups},
-    profile::Profile,
-    records::{Exit, decode_deferred},
-    session::Undecodable,
-    teardown::{TeardownBuckets, TeardownKind, Teardowns},
 };
 
 /// How often records are read, unless a ring buffer a quarter full wakes serve first. Longer

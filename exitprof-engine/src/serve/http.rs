@@ -28,6 +28,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
+use exitprof_core::export::prom::TextFormat;
 use http_body::Frame;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -44,7 +45,6 @@ use super::{
     metrics::{Document, Labels, Snapshot},
     web_config::WebConfig,
 };
-use exitprof_core::export::prom::TextFormat;
 
 /// How long a connection may take over each exchange, from its start or its last answer: the
 /// TLS handshake and the request head to arrive, the answer to be taken. Also the longest a

@@ -4,11 +4,6 @@
 
 use std::sync::Arc;
 
-use super::read_errors::ReadErrors;
-use crate::{
-    probes::counts::ProgramCost,
-    run::{Losses, own_cost},
-};
 use exitprof_core::{
     analysis::{
         fixed_buckets::FixedBuckets,
@@ -21,6 +16,12 @@ use exitprof_core::{
         DIAGNOSTICS, LATENCY, LOSSES, TEARDOWN, TEARDOWN_WAIT, TextFormat, Writer,
         diagnostics_help, losses_help, seconds,
     },
+};
+
+use super::read_errors::ReadErrors;
+use crate::{
+    probes::counts::ProgramCost,
+    run::{Losses, own_cost},
 };
 
 /// The collection at one moment: every histogram in the fixed buckets, and the counters.

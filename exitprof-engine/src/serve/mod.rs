@@ -21,6 +21,10 @@ mod web_config;
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
+use exitprof_core::analysis::{
+    groups::{GroupOptions, Groups},
+    profile::Profile,
+};
 use tokio::{net::TcpListener, sync::watch};
 
 use self::{
@@ -39,10 +43,6 @@ use crate::{
         Losses, RunRequest,
         start::{Attached, load_options, plan_for, preflight, prepare, start},
     },
-};
-use exitprof_core::analysis::{
-    groups::{GroupOptions, Groups},
-    profile::Profile,
 };
 
 /// Where `serve` listens unless told: loopback, on a port that Prometheus's list of default

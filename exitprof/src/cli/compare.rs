@@ -1,9 +1,9 @@
 //! `exitprof compare` and `exitprof sweep`: a condition on and off, interleaved.
 
 use clap::Args;
+use exitprof_engine::{compare::CompareRequest, conditions::ConditionOptions};
 
 use super::{run::RunArgs, values::ConditionArg};
-use exitprof_engine::{compare::CompareRequest, conditions::ConditionOptions};
 
 /// `exitprof compare`.
 #[derive(Debug, Args)]

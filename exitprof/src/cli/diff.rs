@@ -3,12 +3,12 @@
 use std::path::PathBuf;
 
 use clap::Args;
-
-use super::parse::usage;
 use exitprof_core::{
     diff::{DiffRequest, Input},
     export::{self, ExportTarget},
 };
+
+use super::parse::usage;
 
 /// `exitprof diff`.
 #[derive(Debug, Args)]

@@ -4,13 +4,13 @@
 use std::ffi::OsString;
 
 use clap::{Args, Subcommand};
+use exitprof_engine::profiled::workload::Driver;
 
 use super::{
     compare::ConditionArgs,
     run::ThreadsArgs,
     values::{ConditionArg, SideArg},
 };
-use exitprof_engine::profiled::workload::Driver;
 
 /// The hidden child-process side of a workload.
 #[derive(Debug, Args)]

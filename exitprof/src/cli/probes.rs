@@ -2,9 +2,9 @@
 //! plan`.
 
 use clap::Args;
+use exitprof_engine::probes::{ProbeOptions, kprobe_events};
 
 use super::values::{AttachArg, PointsArg, Switch};
-use exitprof_engine::probes::{ProbeOptions, kprobe_events};
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {

@@ -3,11 +3,6 @@
 use std::path::PathBuf;
 
 use clap::Args;
-
-use super::{
-    parse::{parse_comm, usage},
-    values::FormatArg,
-};
 use exitprof_core::{
     analysis::records::TaskName,
     export::{self, ExportTarget, Format},
@@ -15,6 +10,11 @@ use exitprof_core::{
 use exitprof_engine::run::record::{
     ExitsShown,
     view::{Shown, View},
+};
+
+use super::{
+    parse::{parse_comm, usage},
+    values::FormatArg,
 };
 
 /// `exitprof report`.

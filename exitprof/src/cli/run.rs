@@ -4,12 +4,6 @@
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use clap::{ArgMatches, Args, ValueEnum, parser::ValueSource};
-
-use super::{
-    parse::{parse_comm, parse_duration, parse_exit_slots, parse_ringbuf_size, parse_time, usage},
-    probes::ProbeArgs,
-    values::{FormatArg, GroupByArg},
-};
 use exitprof_core::{
     analysis::groups::GroupOptions,
     export::{self, ExportTarget, Format},
@@ -18,6 +12,12 @@ use exitprof_engine::{
     probes::ProbeOptions,
     profiled::{ForkParams, NetnsParams, Storm, Target, ThreadsParams},
     run::RunRequest,
+};
+
+use super::{
+    parse::{parse_comm, parse_duration, parse_exit_slots, parse_ringbuf_size, parse_time, usage},
+    probes::ProbeArgs,
+    values::{FormatArg, GroupByArg},
 };
 
 /// Profile one storm or watch real processes (the default command).

@@ -3,16 +3,16 @@
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::Args;
+use exitprof_engine::{
+    probes::{ProbeOptions, kprobe_events, plan::PointSet},
+    profiled::Target,
+    serve::{self, ServeRequest},
+};
 
 use super::{
     parse::{parse_comm, parse_ringbuf_size, parse_time},
     run::GroupArgs,
     values::{AttachArg, Switch},
-};
-use exitprof_engine::{
-    probes::{ProbeOptions, kprobe_events, plan::PointSet},
-    profiled::Target,
-    serve::{self, ServeRequest},
 };
 
 /// `exitprof serve`.

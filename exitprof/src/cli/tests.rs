@@ -3,9 +3,6 @@
 use std::time::Duration;
 
 use clap::ValueEnum as _;
-use proptest::{collection::vec, prelude::*};
-
-use super::{hidden::*, parse::*, probes::*, values::*, *};
 use exitprof_core::{analysis::records::TaskName, diff::Input, export::Format};
 use exitprof_engine::{
     conditions::Condition,
@@ -14,6 +11,9 @@ use exitprof_engine::{
     run::record::view::Shown,
     serve,
 };
+use proptest::{collection::vec, prelude::*};
+
+use super::{hidden::*, parse::*, probes::*, values::*, *};
 
 fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
     Cli::try_parse_checked(std::iter::once("exitprof").chain(args.iter().copied()))

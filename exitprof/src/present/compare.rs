@@ -1,6 +1,5 @@
 //! A compare's or a sweep's outcome presented: its document, its tables and its exports.
 
-use super::publish::{check_exports, publish};
 use exitprof_core::{
     export::{ExportSet, ExportTarget},
     report::compare_document::{
@@ -11,6 +10,8 @@ use exitprof_engine::{
     base::runtime,
     compare::{self, CompareRequest, Compared, Comparison},
 };
+
+use super::publish::{check_exports, publish};
 
 /// `compare` or `sweep`: runs it, then prints its report and writes its exports.
 pub fn compare(request: &CompareRequest, exports: &[ExportTarget]) -> anyhow::Result<()> {

@@ -1,11 +1,12 @@
 //! A diff presented: its report (the tables, or the `--json` document) and its exports.
 
-use super::publish::{check_exports, print_report, write_exports};
 use exitprof_core::{
     diff::{self, DiffRequest},
     export::{self, ExportError, ExportTarget},
     report,
 };
+
+use super::publish::{check_exports, print_report, write_exports};
 
 /// `exitprof diff`: compares the saved runs, then prints the diff's report and writes its
 /// exports. Every export is encoded before anything is printed or written.

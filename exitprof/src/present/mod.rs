@@ -20,11 +20,12 @@ pub use self::{
     diff::diff,
     run::{recorded, run},
 };
-use crate::present::plan_document::PlanDocument;
 use exitprof_engine::{
     probes::{ProbeOptions, plan},
     run::start,
 };
+
+use crate::present::plan_document::PlanDocument;
 
 /// `exitprof plan`: the probe plan of the default target, a storm exitprof drives.
 pub fn plan(probes: ProbeOptions, json: bool) -> anyhow::Result<()> {

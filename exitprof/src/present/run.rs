@@ -4,9 +4,6 @@
 use std::path::Path;
 
 use exitprof_common::counters;
-
-use super::publish::{check_exports, publish};
-use crate::present::progress::ProgressLine;
 use exitprof_core::{
     analysis::stage_detail::{self, StageDetail},
     document::run::RunDocument,
@@ -24,6 +21,9 @@ use exitprof_engine::{
         },
     },
 };
+
+use super::publish::{check_exports, publish};
+use crate::present::progress::ProgressLine;
 
 /// A plain run (or `exitprof record`), with a progress line unless the report is JSON.
 pub fn run(request: &RunRequest, exports: &[ExportTarget]) -> anyhow::Result<()> {
