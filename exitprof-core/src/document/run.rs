@@ -531,8 +531,8 @@ pub(crate) mod tests {
             records::{Exit, PointHit},
             teardown::Teardowns,
         },
-        kernel::{exit_path::ExitPath, kallsyms::Kallsyms, version::KernelVersion},
-        probes::plan::{How, Plan, Planned, SiteId},
+        kernel::{kallsyms::Kallsyms, version::KernelVersion},
+        probes::plan::{How, Plan, SiteId},
         profiled::workload::ChildOutcome,
         run::own_cost::CpuTime,
     };
@@ -540,29 +540,14 @@ pub(crate) mod tests {
     /// A run as `run::run` returns it, from 2000 exits with known hits: the start syscall,
     /// `exit_files` entry and return, the final switch.
     pub(crate) fn synthetic_run() -> RunOutcome {
-        let planned = |site: SiteId, how, target: &str| Planned {
-            site,
-            point: site.name(),
-            how,
-            target: target.to_owned(),
-            note: None,
-        };
-        let plan = Plan {
-            kernel: "6.18.0-test".to_owned(),
-            mode: AttachMode::Auto,
-            object: BpfObject::default_object(),
-            points: vec![
-                planned(
-                    SiteId::Marker(Marker::SysEnterExit),
-                    How::Tracepoint,
-                    "syscalls:sys_enter_exit",
-                ),
-                planned(SiteId::Function(ExitFn::ExitFiles), How::Fentry, "exit_files"),
-                planned(SiteId::Marker(Marker::FinalSwitch), How::BtfTracepoint, "sched_switch"),
+        let plan = Plan::with_sites(
+            KernelVersion::new(6, 18, 0),
+            &[
+                (SiteId::Marker(Marker::SysEnterExit), How::Tracepoint, "syscalls:sys_enter_exit"),
+                (SiteId::Function(ExitFn::ExitFiles), How::Fentry, "exit_files"),
+                (SiteId::Marker(Marker::FinalSwitch), How::BtfTracepoint, "sched_switch"),
             ],
-            unavailable: Vec::new(),
-            exit_path: ExitPath::for_kernel(KernelVersion::new(6, 18, 0)),
-        };
+        );
         let mut profile = Profile::new(&plan);
         for i in 0..2_000u64 {
             let t0 = i * 1_000_000;
