@@ -492,15 +492,23 @@ impl WorkloadDoc {
         }
     }
 
-    /// `threads (threads=200 reps=3 stagger_us=2)`: the kind and the parameters given.
-    pub fn describe(&self) -> String {
+    /// The workload's kind and every parameter it was given, as the document names them (a
+    /// parameter not given, `null`, is not one of this run's): whatever the workload, so that a
+    /// new workload's parameters are shown and exported without a change where they are.
+    pub fn fields(&self) -> (String, Vec<(String, serde_json::Value)>) {
         let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(self) else {
             unreachable!("a workload document is a JSON object of plain values")
         };
-        let kind = fields.get("kind").and_then(|k| k.as_str()).unwrap_or("unknown workload");
-        let params: Vec<String> = fields
+        let kind = fields.get("kind").and_then(|k| k.as_str()).unwrap_or_default().to_owned();
+        let params = fields.into_iter().filter(|(k, v)| k != "kind" && !v.is_null()).collect();
+        (kind, params)
+    }
+
+    /// `threads (threads=200 reps=3 stagger_us=2)`: the kind and the parameters given.
+    pub fn describe(&self) -> String {
+        let (kind, params) = self.fields();
+        let params: Vec<String> = params
             .iter()
-            .filter(|(k, v)| *k != "kind" && !v.is_null())
             .map(|(k, v)| match v {
                 serde_json::Value::String(s) => format!("{k}={s}"),
                 serde_json::Value::Array(items) => {
@@ -513,7 +521,7 @@ impl WorkloadDoc {
                 other => format!("{k}={other}"),
             })
             .collect();
-        if params.is_empty() { kind.to_owned() } else { format!("{kind} ({})", params.join(" ")) }
+        if params.is_empty() { kind } else { format!("{kind} ({})", params.join(" ")) }
     }
 }
 

@@ -97,23 +97,14 @@ pub(super) fn weighted_stacks(
     sampled.chain(blocked).collect()
 }
 
-/// The workload as the document names it: its kind, and every parameter it has, whatever the
-/// workload (so a new workload's parameters are exported without a change here).
+/// The workload as the document names it ([`WorkloadDoc::fields`]), each value as its text.
 pub(super) fn workload_label(doc: &WorkloadDoc) -> WorkloadLabel {
-    let Ok(Value::Object(fields)) = serde_json::to_value(doc) else {
-        unreachable!("a workload document is a JSON object of plain values")
-    };
-    let text = |v: &Value| match v {
-        Value::String(s) => s.clone(),
+    let (kind, fields) = doc.fields();
+    let text = |v: Value| match v {
+        Value::String(s) => s,
         other => other.to_string(),
     };
-    let kind = fields.get("kind").map(text).unwrap_or_default();
-    let params = fields
-        .iter()
-        // A parameter that was not given (null) is not a parameter of this run.
-        .filter(|(k, v)| *k != "kind" && !v.is_null())
-        .map(|(k, v)| (k.clone(), text(v)))
-        .collect();
+    let params = fields.into_iter().map(|(k, v)| (k, text(v))).collect();
     WorkloadLabel { kind, params }
 }
 
