@@ -57,9 +57,10 @@ const LAYERS: &[&[&str]] = &[
     &["main"],
 ];
 
-/// The crates whose sources are checked, and the paths other crates reach them by.
-const SOURCES: &[(&str, &str)] =
-    &[("exitprof-core", "exitprof_core"), ("exitprof-engine", "exitprof_engine"), ("exitprof", "")];
+/// The crates whose sources are checked.
+const SOURCES: &[&str] = &["exitprof-core", "exitprof-engine", "exitprof"];
+/// The crates of [`SOURCES`] that others import, by the names they import them by.
+const LIBRARIES: &[&str] = &["exitprof_core", "exitprof_engine"];
 
 /// Crates a crate of exitprof's must not depend on, and why.
 const FORBIDDEN: &[Forbidden] = &[
@@ -98,7 +99,7 @@ enum Reach {
 /// naming each dependency, each file:line that breaks a rule, and each circle.
 pub fn check() -> anyhow::Result<()> {
     let mut broken = dependencies(FORBIDDEN)?;
-    for (krate, _) in SOURCES {
+    for krate in SOURCES {
         let src = workspace_root().join(krate).join("src");
         let mut files = BTreeMap::new();
         for path in rust_files(&src)? {
@@ -309,10 +310,7 @@ fn imports(text: &str) -> Vec<(usize, String)> {
 /// library or the engine by name.
 fn is_ours(path: &str) -> bool {
     let root = path.split(|c: char| !(c.is_alphanumeric() || c == '_')).next();
-    root.is_some_and(|root| {
-        ["crate", "super", "self"].contains(&root)
-            || SOURCES.iter().any(|(_, name)| !name.is_empty() && *name == root)
-    })
+    root.is_some_and(|root| ["crate", "super", "self"].contains(&root) || LIBRARIES.contains(&root))
 }
 
 /// The folder of another crate of exitprof's that `path` names through the crate
@@ -320,9 +318,8 @@ fn is_ours(path: &str) -> bool {
 fn other_crate_folder(path: &str) -> Option<&str> {
     let mut segments = path.split("::");
     let root = segments.next()?;
-    let ours = SOURCES.iter().any(|(_, name)| !name.is_empty() && *name == root);
     let folder = segments.next()?;
-    (ours && layer_of(folder).is_some()).then_some(folder)
+    (LIBRARIES.contains(&root) && layer_of(folder).is_some()).then_some(folder)
 }
 
 /// Where in `text` the first of `words` begins as a word of its own (not part of an identifier
