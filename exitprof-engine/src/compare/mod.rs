@@ -3,8 +3,9 @@
 //! the storm's process) and explained stage by stage with exitprof's probes.
 //!
 //! Like `run`, which it drives once per storm, it ties the lower folders together and returns a
-//! [`CompareOutcome`] (exitprof-core's, as are the comparisons in it); it must not import `cli` (`main.rs` hands it a [`CompareRequest`]), nor
-//! the presentation layer that renders the outcome (`present`, `report`, `export`, `diff`).
+//! [`CompareOutcome`] (exitprof-core's, as are the comparisons in it); it must not import `cli`
+//! (`main.rs` hands it a [`CompareRequest`]), nor the presentation layer that renders the
+//! outcome (`present`, `report`, `export`, `diff`).
 
 use std::time::SystemTime;
 

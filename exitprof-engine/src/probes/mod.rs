@@ -1,7 +1,8 @@
-//! Everything that touches the eBPF object: the probe plan resolved on the running kernel, loading and
-//! attaching the programs, kprobe events in tracefs, the maps the programs fill (ring buffers,
-//! loss counters, stacks), the kernel's statistics of each program, and the privileges and
-//! locked memory all of it needs. The site table, the plan and the counts are exitprof-core's.
+//! Everything that touches the eBPF object: the probe plan resolved on the running kernel,
+//! loading and attaching the programs, kprobe events in tracefs, the maps the programs fill (ring
+//! buffers, loss counters, stacks), the kernel's statistics of each program, and the privileges
+//! and locked memory all of it needs. The site table, the plan and the counts are
+//! exitprof-core's.
 //!
 //! Must not import `run`, `analysis`, `cli`, nor the presentation layer (`present`, `report`,
 //! `export`, `diff`): it knows how to probe, not what a run does with the records.
