@@ -16,9 +16,7 @@ pub mod start;
 
 use std::time::SystemTime;
 
-pub use exitprof_core::run::{
-    Diagnostics, Ended, Losses, RunEnd, RunOutcome, RunRequest, RunSetup, outcome, record,
-};
+pub use exitprof_core::run::{Ended, Losses, RunEnd, RunOutcome, RunRequest, RunSetup, record};
 
 use self::{
     collect::{Collected, Progress, collect_until},
